@@ -5,3 +5,10 @@
 #else
 #define FT_HOST_DEVICE inline
 #endif
+
+// Loop unrolling hint for device code; a no-op for the host compiler (which unrolls on its own).
+#if defined(__CUDACC__)
+#define FT_UNROLL _Pragma("unroll")
+#else
+#define FT_UNROLL
+#endif

@@ -39,7 +39,7 @@ FT_HOST_DEVICE uint32_t mulhi(uint32_t a, uint32_t b) {
 FT_HOST_DEVICE Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
                                      uint32_t k0, uint32_t k1) {
   using namespace philox_detail;
-#pragma unroll
+  FT_UNROLL
   for (int round = 0; round < kRounds; ++round) {
     if (round > 0) {
       k0 += kWeyl0;

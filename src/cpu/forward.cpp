@@ -1,0 +1,89 @@
+// CPU forward: tiled online softmax (fp32 running max and sum), one task per
+// (batch, head, query tile); memory is O(tile) per task, never O(Sq * Sk).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../api/backends.h"
+#include "telemetry.h"
+#include "tiles.h"
+
+namespace flashtrain::cpu {
+
+void forward(const Problem& p) {
+  const int64_t dqk = p.dim_qk, dv = p.dim_v;
+  const int64_t m_tiles = (p.max_seqlen_q + kBlockM - 1) / kBlockM;
+  const int64_t tasks = p.batch * p.heads_q * m_tiles;
+  Telemetry total;
+#pragma omp parallel
+  {
+    std::vector<float> q(kBlockM * dqk), k(kBlockN * dqk), kt(dqk * kBlockN), v(kBlockN * dv);
+    std::vector<float> s(kBlockM * kBlockN), acc(kBlockM * dv), row_max(kBlockM), row_sum(kBlockM);
+    Telemetry local;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t mt = task % m_tiles, bh = task / m_tiles;
+      const HeadContext c = head_context(p, bh / p.heads_q, bh % p.heads_q);
+      const int64_t row0 = mt * kBlockM;
+      if (row0 >= c.seqlen_q) continue;
+      const int64_t m = std::min(kBlockM, c.seqlen_q - row0);
+      load_tile(p.q, element_offset(p, p.sq, true, c.b, row0, c.h), p.sq.seq, m, dqk, q.data());
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      std::fill(row_max.begin(), row_max.end(), kNegInf);
+      std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+      int64_t col_begin, col_end;
+      visible_cols(c.mask, row0, row0 + m, &col_begin, &col_end);
+      for (int64_t col0 = col_begin - col_begin % kBlockN; col0 < col_end; col0 += kBlockN) {
+        const int64_t n = std::min(kBlockN, c.seqlen_k - col0);
+        load_tile(p.k, element_offset(p, p.sk, false, c.b, col0, c.kh), p.sk.seq, n, dqk, k.data());
+        load_tile(p.v, element_offset(p, p.sv, false, c.b, col0, c.kh), p.sv.seq, n, dv, v.data());
+        transpose(k.data(), n, dqk, kt.data());
+        score_block(c, q.data(), kt.data(), m, n, dqk, row0, col0, s.data(), nullptr);
+        if (p.report) local.scores(s.data(), m * n);
+        for (int64_t i = 0; i < m; ++i) {
+          float* srow = &s[i * n];
+          const float tile_max = *std::max_element(srow, srow + n);
+          const float new_max = std::max(row_max[i], tile_max);
+          if (new_max == kNegInf) continue;  // nothing visible in this row yet
+          const float correction = std::exp(row_max[i] - new_max);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < n; ++j) {
+            srow[j] = std::exp(srow[j] - new_max);
+            sum += srow[j];
+          }
+          row_sum[i] = row_sum[i] * correction + sum;
+          row_max[i] = new_max;
+          float* arow = &acc[i * dv];
+          for (int64_t d = 0; d < dv; ++d) arow[d] *= correction;
+        }
+        if (p.dropout_p > 0.0) apply_dropout(p, c, row0, col0, m, n, s.data());
+        for (int64_t i = 0; i < m; ++i) {
+          if (row_max[i] == kNegInf) continue;
+          float* arow = &acc[i * dv];
+          for (int64_t j = 0; j < n; ++j) {
+            const float pij = s[i * n + j];
+            if (pij == 0.0f) continue;
+            const float* vrow = &v[j * dv];
+            for (int64_t d = 0; d < dv; ++d) arow[d] += pij * vrow[d];
+          }
+        }
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        const bool empty = row_sum[i] == 0.0f;  // fully masked row: out 0, lse -inf
+        const float inv = empty ? 0.0f : 1.0f / row_sum[i];
+        for (int64_t d = 0; d < dv; ++d) acc[i * dv + d] *= inv;
+        const float lse = empty ? kNegInf : row_max[i] + std::log(row_sum[i]);
+        static_cast<float*>(p.lse.data)[lse_offset(p, c.b, row0 + i, c.h)] = lse;
+        if (p.report) local.row(lse);
+      }
+      store_tile(p.out, element_offset(p, p.so, true, c.b, row0, c.h), p.so.seq, m, dv, acc.data());
+    }
+    if (p.report) {
+#pragma omp critical
+      total.merge(local);
+    }
+  }
+  if (p.report) total.into_forward(*p.report);
+}
+
+}  // namespace flashtrain::cpu

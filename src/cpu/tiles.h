@@ -1,0 +1,151 @@
+// Tile helpers of the CPU backend: loading rows of any dtype into fp32 tiles, and the score
+// block S = transform(scale * Q K^T) with masking, shared by forward and backward.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "../api/problem.h"
+#include "../common/dtype.h"
+#include "../common/philox.h"
+
+namespace flashtrain::cpu {
+
+constexpr int64_t kBlockM = 64;  // query rows per tile
+constexpr int64_t kBlockN = 64;  // key columns per tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Loads `rows` rows of `width` elements (row r at element offset base + r * row_stride) into a
+// dense fp32 tile [rows][width].
+inline void load_tile(const TensorView& t, int64_t base, int64_t row_stride, int64_t rows,
+                      int64_t width, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t off = base + r * row_stride;
+    float* out = dst + r * width;
+    switch (t.dtype) {
+      case DType::kFloat32: {
+        const float* src = static_cast<const float*>(t.data) + off;
+        std::copy(src, src + width, out);
+        break;
+      }
+      case DType::kBFloat16: {
+        const uint16_t* src = static_cast<const uint16_t*>(t.data) + off;
+        for (int64_t d = 0; d < width; ++d) out[d] = bf16_to_float(src[d]);
+        break;
+      }
+      default:
+        for (int64_t d = 0; d < width; ++d)
+          out[d] = static_cast<float>(load_as_double(t.data, t.dtype, off + d));
+    }
+  }
+}
+
+// Stores a dense fp32 tile into rows of t, converting to t's dtype.
+inline void store_tile(const TensorView& t, int64_t base, int64_t row_stride, int64_t rows,
+                       int64_t width, const float* src) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t off = base + r * row_stride;
+    const float* in = src + r * width;
+    switch (t.dtype) {
+      case DType::kFloat32: std::copy(in, in + width, static_cast<float*>(t.data) + off); break;
+      case DType::kBFloat16: {
+        uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+        for (int64_t d = 0; d < width; ++d) dst[d] = float_to_bf16(in[d]);
+        break;
+      }
+      default:
+        for (int64_t d = 0; d < width; ++d) store_from_double(t.data, t.dtype, off + d, in[d]);
+    }
+  }
+}
+
+// Transposes a [rows][width] tile into [width][rows] so the score loop runs over contiguous keys.
+inline void transpose(const float* src, int64_t rows, int64_t width, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < width; ++d) dst[d * rows + r] = src[r * width + d];
+}
+
+// Everything the score block of one (batch, query head) needs.
+struct HeadContext {
+  int64_t b, h, kh;
+  int64_t seqlen_q, seqlen_k;
+  MaskSpec mask;
+  float scale, softcap, slope;
+  uint32_t bh;  // philox stream id b * Hq + h
+};
+
+inline HeadContext head_context(const Problem& p, int64_t b, int64_t h) {
+  HeadContext c;
+  c.b = b;
+  c.h = h;
+  c.kh = h / p.group();
+  c.seqlen_q = p.seqlen_q(b);
+  c.seqlen_k = p.seqlen_k(b);
+  c.mask = p.mask(c.seqlen_q, c.seqlen_k);
+  c.scale = static_cast<float>(p.scale);
+  c.softcap = static_cast<float>(p.softcap);
+  c.slope = p.alibi_slope(b, h);
+  c.bh = static_cast<uint32_t>(b * p.heads_q + h);
+  return c;
+}
+
+// Key columns [begin, end) that any row in [row0, row1) can see.
+inline void visible_cols(const MaskSpec& m, int64_t row0, int64_t row1, int64_t* begin, int64_t* end) {
+  *begin = m.col_begin(row0);
+  *end = m.col_end(row1 - 1);
+}
+
+// S[m][n] for rows row0.. (m rows) and cols col0.. (n cols): scale * q.k, softcap, ALiBi, mask
+// (-inf). q is [m][dqk]; kt is the transposed key tile [dqk][n]. When tanh_out is non-null and
+// softcap is on, tanh(raw / softcap) is written there for the backward chain rule.
+inline void score_block(const HeadContext& c, const float* q, const float* kt, int64_t m, int64_t n,
+                        int64_t dqk, int64_t row0, int64_t col0, float* s, float* tanh_out) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* srow = s + i * n;
+    std::fill(srow, srow + n, 0.0f);
+    const float* qrow = q + i * dqk;
+    for (int64_t d = 0; d < dqk; ++d) {
+      const float qd = qrow[d] * c.scale;
+      const float* krow = kt + d * n;
+      for (int64_t j = 0; j < n; ++j) srow[j] += qd * krow[j];
+    }
+    const int64_t row = row0 + i;
+    const int64_t jb = c.mask.col_begin(row) - col0, je = c.mask.col_end(row) - col0;
+    for (int64_t j = 0; j < n; ++j) {
+      if (j < jb || j >= je) {
+        srow[j] = kNegInf;
+        continue;
+      }
+      float x = srow[j];
+      if (c.softcap > 0.0f) {
+        const float t = std::tanh(x / c.softcap);
+        if (tanh_out) tanh_out[i * n + j] = t;
+        x = c.softcap * t;
+      }
+      if (c.slope != 0.0f) {
+        const int64_t dist = row + c.mask.diag - (col0 + j);
+        x -= c.slope * static_cast<float>(dist < 0 ? -dist : dist);
+      }
+      srow[j] = x;
+    }
+  }
+}
+
+// Multiplies P[m][n] in place by the dropout keep-scale (0 or 1 / (1 - p)).
+inline void apply_dropout(const Problem& p, const HeadContext& c, int64_t row0, int64_t col0,
+                          int64_t m, int64_t n, float* pmat) {
+  const float keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+  for (int64_t i = 0; i < m; ++i) {
+    const uint32_t row = static_cast<uint32_t>(row0 + i);
+    for (int64_t j = 0; j < n;) {
+      const uint32_t col = static_cast<uint32_t>(col0 + j);
+      const Philox4 r = dropout_bits(p.seed, p.offset, c.bh, row, col >> 2);
+      for (uint32_t w = col & 3; w < 4 && j < n; ++w, ++j)
+        pmat[i * n + j] *= r.x[w] >= p.dropout_threshold ? keep_scale : 0.0f;
+    }
+  }
+}
+
+}  // namespace flashtrain::cpu
