@@ -42,48 +42,44 @@ void load_query_tile(const Problem& p, const HeadContext& c, int64_t row0, int64
 void load_key_tile(const Problem& p, const HeadContext& c, int64_t col0, int64_t n, Scratch& w) {
   load_tile(p.k, element_offset(p, p.sk, false, c.b, col0, c.kh), p.sk.seq, n, p.dim_qk, w.k.data());
   load_tile(p.v, element_offset(p, p.sv, false, c.b, col0, c.kh), p.sv.seq, n, p.dim_v, w.v.data());
-  transpose(w.k.data(), n, p.dim_qk, w.kt.data());
-  transpose(w.v.data(), n, p.dim_v, w.vt.data());
+  transpose_padded(w.k.data(), n, p.dim_qk, w.kt.data());
+  transpose_padded(w.v.data(), n, p.dim_v, w.vt.data());
 }
 
-// For the loaded (query tile, key tile): w.s <- P (undropped), w.keep <- dropout keep-scale,
-// w.dp <- dS (with the softcap chain rule applied, scale not yet applied).
+// For the loaded (query tile, key tile), all [m][kBlockN]: w.s <- P (undropped), w.keep <-
+// dropout keep-scale, w.dp <- dS (softcap chain rule applied, softmax scale not yet applied).
 void probs_and_ds(const Problem& p, const HeadContext& c, int64_t row0, int64_t col0, int64_t m,
                   int64_t n, Scratch& w) {
-  const int64_t dv = p.dim_v;
   score_block(c, w.q.data(), w.kt.data(), m, n, p.dim_qk, row0, col0, w.s.data(),
               c.softcap > 0.0f ? w.tanh_s.data() : nullptr);
   for (int64_t i = 0; i < m; ++i) {
     const float lse = w.lse[i];
-    for (int64_t j = 0; j < n; ++j)  // lse = -inf: the row sees no key, so P = 0
-      w.s[i * n + j] = lse == kNegInf ? 0.0f : std::exp(w.s[i * n + j] - lse);
+    float* prow = &w.s[i * kBlockN];
+    for (int64_t j = 0; j < kBlockN; ++j)  // lse = -inf: the row sees no key, so P = 0
+      prow[j] = lse == kNegInf ? 0.0f : std::exp(prow[j] - lse);
   }
   const bool dropout = p.dropout_p > 0.0;
   if (dropout) {
-    std::fill(w.keep.begin(), w.keep.begin() + m * n, 1.0f);
+    std::fill(w.keep.begin(), w.keep.begin() + m * kBlockN, 1.0f);
     apply_dropout(p, c, row0, col0, m, n, w.keep.data());
   }
+  gemm_rows_by_tile(w.dout.data(), w.vt.data(), m, p.dim_v, 1.0f, w.dp.data());
   for (int64_t i = 0; i < m; ++i) {
-    float* dprow = &w.dp[i * n];
-    std::fill(dprow, dprow + n, 0.0f);
-    const float* grow = &w.dout[i * dv];
-    for (int64_t d = 0; d < dv; ++d) {
-      const float g = grow[d];
-      const float* vcol = &w.vt[d * n];
-      for (int64_t j = 0; j < n; ++j) dprow[j] += g * vcol[j];
-    }
-    const float* prow = &w.s[i * n];
+    const float* prow = &w.s[i * kBlockN];
+    float* dprow = &w.dp[i * kBlockN];
     const float di = w.d[i];
-    for (int64_t j = 0; j < n; ++j) {
-      const float dpj = dropout ? dprow[j] * w.keep[i * n + j] : dprow[j];
+    for (int64_t j = 0; j < kBlockN; ++j) {
+      const float dpj = dropout ? dprow[j] * w.keep[i * kBlockN + j] : dprow[j];
       float ds = prow[j] * (dpj - di);
       if (c.softcap > 0.0f) {
-        const float t = w.tanh_s[i * n + j];
+        const float t = w.tanh_s[i * kBlockN + j];
         ds *= 1.0f - t * t;
       }
       dprow[j] = ds;
     }
   }
+  if (dropout)  // from here on w.s holds the dropped, rescaled P that multiplies V
+    for (int64_t e = 0; e < m * kBlockN; ++e) w.s[e] *= w.keep[e];
 }
 
 bool tiles_meet(const MaskSpec& mask, int64_t row0, int64_t m, int64_t col0, int64_t n) {
@@ -143,25 +139,12 @@ void backward(const Problem& p) {
           if (!tiles_meet(c.mask, row0, m, col0, n)) continue;
           load_query_tile(p, c, row0, m, dsum, w);
           probs_and_ds(p, c, row0, col0, m, n, w);
-          const bool dropout = p.dropout_p > 0.0;
-          for (int64_t i = 0; i < m; ++i) {
-            const float* grow = &w.dout[i * dv];
-            const float* qrow = &w.q[i * dqk];
-            for (int64_t j = 0; j < n; ++j) {
-              const float pd = dropout ? w.s[i * n + j] * w.keep[i * n + j] : w.s[i * n + j];
-              if (pd != 0.0f) {
-                float* dvrow = &dvt[j * dv];
-                for (int64_t d = 0; d < dv; ++d) dvrow[d] += pd * grow[d];
-              }
-              const float ds = w.dp[i * n + j] * scale;
-              if (ds != 0.0f) {
-                float* dkrow = &dk[j * dqk];
-                for (int64_t d = 0; d < dqk; ++d) dkrow[d] += ds * qrow[d];
-              }
-            }
-          }
+          // dV += P_dropped^T dO;  dK += dS^T Q (scale applied once at the end).
+          accumulate_products(dvt.data(), w.s.data(), 1, kBlockN, w.dout.data(), n, m, dv);
+          accumulate_products(dk.data(), w.dp.data(), 1, kBlockN, w.q.data(), n, m, dqk);
         }
       }
+      for (float& x : dk) x *= scale;
       store_tile(p.dk, element_offset(p, p.sdk, false, b, col0, kh), p.sdk.seq, n, dqk, dk.data());
       store_tile(p.dv, element_offset(p, p.sdv, false, b, col0, kh), p.sdv.seq, n, dv, dvt.data());
     }
@@ -189,18 +172,10 @@ void backward(const Problem& p) {
         const int64_t n = std::min(kBlockN, c.seqlen_k - col0);
         load_key_tile(p, c, col0, n, w);
         probs_and_ds(p, c, row0, col0, m, n, w);
-        for (int64_t i = 0; i < m; ++i) {
-          float* dqrow = &dq[i * dqk];
-          for (int64_t j = 0; j < n; ++j) {
-            const float ds = w.dp[i * n + j];
-            if (p.report) local.ds(ds);
-            if (ds == 0.0f) continue;
-            const float g = ds * scale;
-            const float* krow = &w.k[j * dqk];
-            for (int64_t d = 0; d < dqk; ++d) dqrow[d] += g * krow[d];
-          }
-        }
+        if (p.report) local.ds(w.dp.data(), m * kBlockN);
+        accumulate_products(dq.data(), w.dp.data(), kBlockN, 1, w.k.data(), m, n, dqk);
       }
+      for (float& x : dq) x *= scale;
       store_tile(p.dq, element_offset(p, p.sdq, true, c.b, row0, c.h), p.sdq.seq, m, dqk, dq.data());
     }
     if (p.report) {

@@ -37,36 +37,32 @@ void forward(const Problem& p) {
         const int64_t n = std::min(kBlockN, c.seqlen_k - col0);
         load_tile(p.k, element_offset(p, p.sk, false, c.b, col0, c.kh), p.sk.seq, n, dqk, k.data());
         load_tile(p.v, element_offset(p, p.sv, false, c.b, col0, c.kh), p.sv.seq, n, dv, v.data());
-        transpose(k.data(), n, dqk, kt.data());
+        transpose_padded(k.data(), n, dqk, kt.data());
         score_block(c, q.data(), kt.data(), m, n, dqk, row0, col0, s.data(), nullptr);
-        if (p.report) local.scores(s.data(), m * n);
+        if (p.report) local.scores(s.data(), m * kBlockN);
         for (int64_t i = 0; i < m; ++i) {
-          float* srow = &s[i * n];
-          const float tile_max = *std::max_element(srow, srow + n);
+          float* srow = &s[i * kBlockN];
+          const float tile_max = *std::max_element(srow, srow + kBlockN);
           const float new_max = std::max(row_max[i], tile_max);
-          if (new_max == kNegInf) continue;  // nothing visible in this row yet
+          if (new_max == kNegInf) {  // nothing visible in this row yet: contributes nothing
+            std::fill(srow, srow + kBlockN, 0.0f);
+            continue;
+          }
           const float correction = std::exp(row_max[i] - new_max);
           float sum = 0.0f;
-          for (int64_t j = 0; j < n; ++j) {
+          for (int64_t j = 0; j < kBlockN; ++j) {
             srow[j] = std::exp(srow[j] - new_max);
             sum += srow[j];
           }
           row_sum[i] = row_sum[i] * correction + sum;
           row_max[i] = new_max;
-          float* arow = &acc[i * dv];
-          for (int64_t d = 0; d < dv; ++d) arow[d] *= correction;
-        }
-        if (p.dropout_p > 0.0) apply_dropout(p, c, row0, col0, m, n, s.data());
-        for (int64_t i = 0; i < m; ++i) {
-          if (row_max[i] == kNegInf) continue;
-          float* arow = &acc[i * dv];
-          for (int64_t j = 0; j < n; ++j) {
-            const float pij = s[i * n + j];
-            if (pij == 0.0f) continue;
-            const float* vrow = &v[j * dv];
-            for (int64_t d = 0; d < dv; ++d) arow[d] += pij * vrow[d];
+          if (correction != 1.0f) {
+            float* arow = &acc[i * dv];
+            for (int64_t d = 0; d < dv; ++d) arow[d] *= correction;
           }
         }
+        if (p.dropout_p > 0.0) apply_dropout(p, c, row0, col0, m, n, s.data());
+        accumulate_products(acc.data(), s.data(), kBlockN, 1, v.data(), m, n, dv);
       }
       for (int64_t i = 0; i < m; ++i) {
         const bool empty = row_sum[i] == 0.0f;  // fully masked row: out 0, lse -inf

@@ -29,7 +29,9 @@ struct Telemetry {
     lse_min = std::min(lse_min, double(lse));
     lse_max = std::max(lse_max, double(lse));
   }
-  void ds(float x) { max_abs_ds = std::max(max_abs_ds, double(std::fabs(x))); }
+  void ds(const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) max_abs_ds = std::max(max_abs_ds, double(std::fabs(x[i])));
+  }
   void merge(const Telemetry& o) {
     max_abs_logit = std::max(max_abs_logit, o.max_abs_logit);
     lse_min = std::min(lse_min, o.lse_min);

@@ -61,10 +61,72 @@ inline void store_tile(const TensorView& t, int64_t base, int64_t row_stride, in
   }
 }
 
-// Transposes a [rows][width] tile into [width][rows] so the score loop runs over contiguous keys.
-inline void transpose(const float* src, int64_t rows, int64_t width, float* dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < width; ++d) dst[d * rows + r] = src[r * width + d];
+// Transposes a [rows][width] tile into [width][kBlockN], zero-padding columns rows..kBlockN-1,
+// so the product loops always run over a full, compile-time tile of keys.
+inline void transpose_padded(const float* src, int64_t rows, int64_t width, float* dst) {
+  for (int64_t d = 0; d < width; ++d) {
+    float* out = dst + d * kBlockN;
+    for (int64_t r = 0; r < rows; ++r) out[r] = src[r * width + d];
+    std::fill(out + rows, out + kBlockN, 0.0f);
+  }
+}
+
+// C[m][kBlockN] = alpha * A[m][k] * Bt[k][kBlockN] (Bt: transposed, padded key-side tile).
+// Two rows at a time with the whole row of C in registers: k loads of Bt feed 2 * k FMAs.
+inline void gemm_rows_by_tile(const float* a, const float* bt, int64_t m, int64_t k, float alpha,
+                              float* c) {
+  int64_t i = 0;
+  for (; i + 1 < m; i += 2) {
+    float acc0[kBlockN] = {}, acc1[kBlockN] = {};
+    const float* a0 = a + i * k;
+    const float* a1 = a0 + k;
+    for (int64_t d = 0; d < k; ++d) {
+      const float x0 = a0[d] * alpha, x1 = a1[d] * alpha;
+      const float* b = bt + d * kBlockN;
+      for (int64_t j = 0; j < kBlockN; ++j) {
+        acc0[j] += x0 * b[j];
+        acc1[j] += x1 * b[j];
+      }
+    }
+    std::copy(acc0, acc0 + kBlockN, c + i * kBlockN);
+    std::copy(acc1, acc1 + kBlockN, c + (i + 1) * kBlockN);
+  }
+  for (; i < m; ++i) {
+    float acc[kBlockN] = {};
+    for (int64_t d = 0; d < k; ++d) {
+      const float x = a[i * k + d] * alpha;
+      const float* b = bt + d * kBlockN;
+      for (int64_t j = 0; j < kBlockN; ++j) acc[j] += x * b[j];
+    }
+    std::copy(acc, acc + kBlockN, c + i * kBlockN);
+  }
+}
+
+// out[r][:width] += sum_c coef(r, c) * mat[c][:width] for r < rows, c < inner, where
+// coef(r, c) = coef[r * rs + c * cs]. Four c at a time so each out row is loaded and stored once
+// per four FMAs. Serves P V, dS K (rs = kBlockN, cs = 1) and P^T dO, dS^T Q (rs = 1, cs = kBlockN).
+inline void accumulate_products(float* out, const float* coef, int64_t rs, int64_t cs,
+                                const float* mat, int64_t rows, int64_t inner, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = out + r * width;
+    int64_t c = 0;
+    for (; c + 3 < inner; c += 4) {
+      const float w0 = coef[r * rs + c * cs], w1 = coef[r * rs + (c + 1) * cs];
+      const float w2 = coef[r * rs + (c + 2) * cs], w3 = coef[r * rs + (c + 3) * cs];
+      if (w0 == 0.0f && w1 == 0.0f && w2 == 0.0f && w3 == 0.0f) continue;
+      const float* m0 = mat + c * width;
+      const float* m1 = m0 + width;
+      const float* m2 = m1 + width;
+      const float* m3 = m2 + width;
+      for (int64_t d = 0; d < width; ++d) o[d] += w0 * m0[d] + w1 * m1[d] + w2 * m2[d] + w3 * m3[d];
+    }
+    for (; c < inner; ++c) {
+      const float w = coef[r * rs + c * cs];
+      if (w == 0.0f) continue;
+      const float* m0 = mat + c * width;
+      for (int64_t d = 0; d < width; ++d) o[d] += w * m0[d];
+    }
+  }
 }
 
 // Everything the score block of one (batch, query head) needs.
@@ -97,31 +159,30 @@ inline void visible_cols(const MaskSpec& m, int64_t row0, int64_t row1, int64_t*
   *end = m.col_end(row1 - 1);
 }
 
-// S[m][n] for rows row0.. (m rows) and cols col0.. (n cols): scale * q.k, softcap, ALiBi, mask
-// (-inf). q is [m][dqk]; kt is the transposed key tile [dqk][n]. When tanh_out is non-null and
-// softcap is on, tanh(raw / softcap) is written there for the backward chain rule.
+// S[m][kBlockN] for rows row0.. (m rows) and cols col0.. (n valid cols): scale * q.k, softcap,
+// ALiBi, mask (-inf, also on the padding columns n..kBlockN-1). q is [m][dqk]; kt is the
+// transposed, padded key tile. When tanh_out is non-null and softcap is on, tanh(raw / softcap)
+// is written there for the backward chain rule.
 inline void score_block(const HeadContext& c, const float* q, const float* kt, int64_t m, int64_t n,
                         int64_t dqk, int64_t row0, int64_t col0, float* s, float* tanh_out) {
+  gemm_rows_by_tile(q, kt, m, dqk, c.scale, s);
   for (int64_t i = 0; i < m; ++i) {
-    float* srow = s + i * n;
-    std::fill(srow, srow + n, 0.0f);
-    const float* qrow = q + i * dqk;
-    for (int64_t d = 0; d < dqk; ++d) {
-      const float qd = qrow[d] * c.scale;
-      const float* krow = kt + d * n;
-      for (int64_t j = 0; j < n; ++j) srow[j] += qd * krow[j];
-    }
+    float* srow = s + i * kBlockN;
     const int64_t row = row0 + i;
-    const int64_t jb = c.mask.col_begin(row) - col0, je = c.mask.col_end(row) - col0;
-    for (int64_t j = 0; j < n; ++j) {
-      if (j < jb || j >= je) {
-        srow[j] = kNegInf;
-        continue;
-      }
+    const int64_t jb = std::max<int64_t>(c.mask.col_begin(row) - col0, 0);
+    const int64_t je = std::min<int64_t>(c.mask.col_end(row) - col0, n);
+    if (jb >= je) {
+      std::fill(srow, srow + kBlockN, kNegInf);
+      continue;
+    }
+    std::fill(srow, srow + jb, kNegInf);
+    std::fill(srow + je, srow + kBlockN, kNegInf);
+    if (c.softcap <= 0.0f && c.slope == 0.0f) continue;
+    for (int64_t j = jb; j < je; ++j) {
       float x = srow[j];
       if (c.softcap > 0.0f) {
         const float t = std::tanh(x / c.softcap);
-        if (tanh_out) tanh_out[i * n + j] = t;
+        if (tanh_out) tanh_out[i * kBlockN + j] = t;
         x = c.softcap * t;
       }
       if (c.slope != 0.0f) {
@@ -133,7 +194,7 @@ inline void score_block(const HeadContext& c, const float* q, const float* kt, i
   }
 }
 
-// Multiplies P[m][n] in place by the dropout keep-scale (0 or 1 / (1 - p)).
+// Multiplies P[m][kBlockN] (n valid columns) in place by the dropout keep-scale (0 or 1 / (1 - p)).
 inline void apply_dropout(const Problem& p, const HeadContext& c, int64_t row0, int64_t col0,
                           int64_t m, int64_t n, float* pmat) {
   const float keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
@@ -143,7 +204,7 @@ inline void apply_dropout(const Problem& p, const HeadContext& c, int64_t row0, 
       const uint32_t col = static_cast<uint32_t>(col0 + j);
       const Philox4 r = dropout_bits(p.seed, p.offset, c.bh, row, col >> 2);
       for (uint32_t w = col & 3; w < 4 && j < n; ++w, ++j)
-        pmat[i * n + j] *= r.x[w] >= p.dropout_threshold ? keep_scale : 0.0f;
+        pmat[i * kBlockN + j] *= r.x[w] >= p.dropout_threshold ? keep_scale : 0.0f;
     }
   }
 }
