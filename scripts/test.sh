@@ -26,32 +26,12 @@ jobs=${JOBS:-$(nproc)}
 
 step() { printf '\n==> %s\n' "$*"; }
 
-# ---- dependencies (Debian packages; skipped when already installed) -------------------------
-need=()
-for pkg in cmake ninja-build g++ libgtest-dev python3-pip; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [[ $python == 1 ]]; then
-  for pkg in python3-torch libtorch-dev python3-pytest python3-numpy python3-setuptools; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-  done
-fi
-if [[ ${#need[@]} -gt 0 ]]; then
-  step "installing ${need[*]}"
-  sudo_cmd=""
-  [[ $(id -u) -ne 0 ]] && sudo_cmd=sudo
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-
+# ---- dependencies -------------------------------------------------------------------------
+if [[ $python == 1 ]]; then scripts/deps.sh --python; else scripts/deps.sh; fi
 cuda=OFF
 nvcc_bin=$(command -v nvcc || true)
 [[ -z "$nvcc_bin" && -x /usr/local/cuda/bin/nvcc ]] && nvcc_bin=/usr/local/cuda/bin/nvcc
-if [[ -n "$nvcc_bin" ]]; then
-  cuda=ON
-  step "fetching CUTLASS headers"
-  scripts/fetch_cutlass.sh
-fi
+[[ -n "$nvcc_bin" ]] && cuda=ON
 
 # ---- build and C++ tests ---------------------------------------------------------------------
 step "configure (CUDA=$cuda)"

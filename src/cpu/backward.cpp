@@ -53,10 +53,11 @@ void probs_and_ds(const Problem& p, const HeadContext& c, int64_t row0, int64_t 
   score_block(c, w.q.data(), w.kt.data(), m, n, p.dim_qk, row0, col0, w.s.data(),
               c.softcap > 0.0f ? w.tanh_s.data() : nullptr);
   for (int64_t i = 0; i < m; ++i) {
-    const float lse = w.lse[i];
     float* prow = &w.s[i * kBlockN];
-    for (int64_t j = 0; j < kBlockN; ++j)  // lse = -inf: the row sees no key, so P = 0
-      prow[j] = lse == kNegInf ? 0.0f : std::exp(prow[j] - lse);
+    if (w.lse[i] == kNegInf)  // the row sees no key: P = 0
+      std::fill(prow, prow + kBlockN, 0.0f);
+    else
+      exp_shifted(prow, kBlockN, w.lse[i]);
   }
   const bool dropout = p.dropout_p > 0.0;
   if (dropout) {

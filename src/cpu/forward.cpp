@@ -49,11 +49,9 @@ void forward(const Problem& p) {
             continue;
           }
           const float correction = std::exp(row_max[i] - new_max);
+          exp_shifted(srow, kBlockN, new_max);
           float sum = 0.0f;
-          for (int64_t j = 0; j < kBlockN; ++j) {
-            srow[j] = std::exp(srow[j] - new_max);
-            sum += srow[j];
-          }
+          for (int64_t j = 0; j < kBlockN; ++j) sum += srow[j];
           row_sum[i] = row_sum[i] * correction + sum;
           row_max[i] = new_max;
           if (correction != 1.0f) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,32 @@ namespace flashtrain::cpu {
 constexpr int64_t kBlockM = 64;  // query rows per tile
 constexpr int64_t kBlockN = 64;  // key columns per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// x[j] = exp(x[j] - shift) for j < n, vectorisable (std::exp is a scalar call here). exp(t) =
+// 2^k * 2^f with k = round(t * log2 e), |f| <= 1/2 and 2^f from its degree-7 Taylor polynomial
+// (relative error < 1e-8, below fp32 rounding). Results under 2^-125 (and -inf) give exactly 0,
+// so masked scores contribute nothing. Arguments here are <= ~0 (scores minus their max / lse).
+inline void exp_shifted(float* x, int64_t n, float shift) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kLn2 = 0.6931471805599453f;
+  constexpr float kMinExp2 = -125.0f, kMaxExp2 = 127.0f;
+  // Taylor coefficients of 2^f = e^(f ln 2): (ln 2)^i / i!.
+  constexpr float c1 = kLn2, c2 = c1 * kLn2 / 2, c3 = c2 * kLn2 / 3, c4 = c3 * kLn2 / 4;
+  constexpr float c5 = c4 * kLn2 / 5, c6 = c5 * kLn2 / 6, c7 = c6 * kLn2 / 7;
+  for (int64_t j = 0; j < n; ++j) {
+    const float t = (x[j] - shift) * kLog2e;
+    const float tc = std::min(std::max(t, kMinExp2), kMaxExp2);
+    const float k = std::nearbyint(tc);
+    const float f = tc - k;
+    const float p = 1.0f + f * (c1 + f * (c2 + f * (c3 + f * (c4 + f * (c5 + f * (c6 + f * c7))))));
+    int32_t bits;
+    std::memcpy(&bits, &p, sizeof bits);
+    bits += static_cast<int32_t>(k) << 23;
+    float r;
+    std::memcpy(&r, &bits, sizeof r);
+    x[j] = t < kMinExp2 ? 0.0f : r;
+  }
+}
 
 // Loads `rows` rows of `width` elements (row r at element offset base + r * row_stride) into a
 // dense fp32 tile [rows][width].
