@@ -62,6 +62,11 @@ inline void load_tile(const TensorView& t, int64_t base, int64_t row_stride, int
         for (int64_t d = 0; d < width; ++d) out[d] = bf16_to_float(src[d]);
         break;
       }
+      case DType::kFloat16: {
+        const uint16_t* src = static_cast<const uint16_t*>(t.data) + off;
+        for (int64_t d = 0; d < width; ++d) out[d] = fp16_to_float(src[d]);
+        break;
+      }
       default:
         for (int64_t d = 0; d < width; ++d)
           out[d] = static_cast<float>(load_as_double(t.data, t.dtype, off + d));
@@ -80,6 +85,11 @@ inline void store_tile(const TensorView& t, int64_t base, int64_t row_stride, in
       case DType::kBFloat16: {
         uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
         for (int64_t d = 0; d < width; ++d) dst[d] = float_to_bf16(in[d]);
+        break;
+      }
+      case DType::kFloat16: {
+        uint16_t* dst = static_cast<uint16_t*>(t.data) + off;
+        for (int64_t d = 0; d < width; ++d) dst[d] = float_to_fp16(in[d]);
         break;
       }
       default:

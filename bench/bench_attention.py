@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""Benchmark flashtrain against torch SDPA's flash (FlashAttention-2) and cuDNN backends.
+
+Same process, same inputs (DESIGN.md §5): q, k, v live in BSHD memory as after a QKV projection;
+torch SDPA receives the (B, H, S, D) transposed views of the same tensors. Grid: B*S = 16k tokens,
+H*D = 2048, S in {512 .. 16k}, D in {64, 128, 256}, causal and not, bf16 and fp16. FLOPs: fwd =
+4*B*H*S*S*D (halved when causal), bwd = 2.5 * fwd. Median of CUDA events after warm-up. Peak extra
+memory of fwd+bwd (torch's allocator) is measured too.
+
+Usage:
+  python3 bench/bench_attention.py [--quick] [--json FILE] [--markdown FILE]
+        [--seqlens 2048,8192] [--dims 64,128] [--dtypes bf16] [--causal both|yes|no] [--reps N]
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+TOKENS = 16384
+HIDDEN = 2048
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a small grid (S 2k/8k, D 64/128, bf16)")
+    ap.add_argument("--seqlens", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--dtypes", default="bf16,fp16")
+    ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
+    ap.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
+    ap.add_argument("--json", help="write all results to this JSON file")
+    ap.add_argument("--markdown", help="write the ratio table to this markdown file")
+    args = ap.parse_args()
+    if args.quick:
+        args.seqlens, args.dims, args.dtypes = "2048,8192", "64,128", "bf16"
+    return args
+
+
+def median_ms(fn, reps, warmup=3):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def sdpa_runner(backend):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+
+    def run(q, k, v, causal):
+        with sdpa_kernel([which]):
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
+        return out.transpose(1, 2)
+    return run
+
+
+def flashtrain_runner():
+    import flashtrain
+
+    def run(q, k, v, causal):
+        return flashtrain.flash_attn_func(q, k, v, causal=causal)
+    return run
+
+
+def measure(run, q, k, v, dout, causal, reps):
+    """Returns fwd ms, bwd ms, fwd+bwd ms and peak extra MiB, or raises."""
+    def fwd():
+        with torch.no_grad():
+            run(q, k, v, causal)
+
+    out = run(q, k, v, causal)
+    def bwd():
+        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+
+    def fwd_bwd():
+        o = run(q, k, v, causal)
+        torch.autograd.grad(o, (q, k, v), dout)
+
+    t_fwd = median_ms(fwd, reps)
+    t_bwd = median_ms(bwd, reps)
+    t_all = median_ms(fwd_bwd, reps)
+    del out
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fwd_bwd()
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    return t_fwd, t_bwd, t_all, peak
+
+
+def main():
+    args = parse_args()
+    if not torch.cuda.is_available():
+        print("bench_attention: no CUDA device; nothing to measure", file=sys.stderr)
+        return 2
+    runners = {"flash": sdpa_runner("flash"), "cudnn": sdpa_runner("cudnn")}
+    try:
+        runners = {"flashtrain": flashtrain_runner(), **runners}
+    except Exception as e:  # the table still shows torch's backends, and why flashtrain is absent
+        print(f"bench_attention: flashtrain not importable: {e}", file=sys.stderr)
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    grid = [(dt, d, s, c) for dt in args.dtypes.split(",") for d in map(int, args.dims.split(","))
+            for s in map(int, args.seqlens.split(",")) for c in causals]
+    results = []
+    t0 = time.time()
+    for idx, (dt, d, s, causal) in enumerate(grid):
+        b, h = max(1, TOKENS // s), HIDDEN // d
+        gen = torch.Generator(device="cuda").manual_seed(idx)
+        shape = (b, s, h, d)
+        q, k, v, dout = (torch.randn(shape, device="cuda", dtype=dtypes[dt], generator=gen)
+                         for _ in range(4))
+        for t in (q, k, v):
+            t.requires_grad_(True)
+        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        row = {"dtype": dt, "dim": d, "seqlen": s, "batch": b, "heads": h, "causal": causal}
+        for name, run in runners.items():
+            try:
+                t_fwd, t_bwd, t_all, peak = measure(run, q, k, v, dout, causal, args.reps)
+                row[name] = {"fwd_ms": t_fwd, "bwd_ms": t_bwd, "fwdbwd_ms": t_all,
+                             "fwd_tflops": flops / t_fwd / 1e9, "bwd_tflops": 2.5 * flops / t_bwd / 1e9,
+                             "fwdbwd_tflops": 3.5 * flops / t_all / 1e9, "peak_mib": peak}
+            except Exception as e:
+                row[name] = {"error": str(e).splitlines()[0][:200]}
+        results.append(row)
+        print(f"[{idx + 1}/{len(grid)}] {dt} D={d} S={s} causal={causal} "
+              f"({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d"),
+            "commit": os.environ.get("FLASHTRAIN_COMMIT", "unknown")}
+    table = markdown_table(results, meta)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "results": results}, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table)
+    print(table)
+    return 0
+
+
+def fmt(entry, key):
+    if not entry or "error" in entry:
+        return "err"
+    return f"{entry[key]:.0f}"
+
+
+def ratio(row, a, b, key):
+    ea, eb = row.get(a), row.get(b)
+    if not ea or not eb or "error" in ea or "error" in eb:
+        return "-"
+    return f"{ea[key] / eb[key]:.2f}"
+
+
+def markdown_table(results, meta):
+    lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, cuDNN {meta['cudnn']}, {meta['date']}, "
+             f"commit {meta['commit']}. TFLOP/s fwd / bwd / fwd+bwd; ratios are flashtrain over "
+             "the backend, fwd+bwd (fwd). Peak extra MiB of fwd+bwd.", "",
+             "| dtype | D | S | causal | flashtrain | FA2 (SDPA flash) | cuDNN | vs FA2 | vs cuDNN | MiB ft/FA2/cuDNN |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        cells = []
+        for name in ("flashtrain", "flash", "cudnn"):
+            e = r.get(name)
+            if e and "error" not in e:
+                cells.append(f"{fmt(e, 'fwd_tflops')} / {fmt(e, 'bwd_tflops')} / {fmt(e, 'fwdbwd_tflops')}")
+            else:
+                cells.append("err: " + (e or {}).get("error", "absent")[:40])
+        mem = "/".join(fmt(r.get(n), "peak_mib") for n in ("flashtrain", "flash", "cudnn"))
+        lines.append(f"| {r['dtype']} | {r['dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
+                     f"{cells[0]} | {cells[1]} | {cells[2]} | "
+                     f"{ratio(r, 'flashtrain', 'flash', 'fwdbwd_tflops')} ({ratio(r, 'flashtrain', 'flash', 'fwd_tflops')}) | "
+                     f"{ratio(r, 'flashtrain', 'cudnn', 'fwdbwd_tflops')} ({ratio(r, 'flashtrain', 'cudnn', 'fwd_tflops')}) | {mem} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
