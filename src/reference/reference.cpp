@@ -1,6 +1,7 @@
 // Naive attention with the full score matrix of each (batch, head), in double precision.
-// Rounding::kInputDtype additionally rounds each tensor a plain PyTorch implementation would
-// materialise to the input dtype: the baseline of DESIGN.md §4's error rule.
+// Rounding::kInputDtype models a plain PyTorch implementation in the input dtype, the baseline of
+// DESIGN.md §4's error rule: every tensor it would materialise is rounded to the input dtype, and
+// every sum (the matrix products' accumulators) is carried in fp32, as the GEMMs do.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -18,6 +19,8 @@ struct Rounder {
   DType dtype;
   bool active;
   double operator()(double x) const { return active ? round_to(dtype, x) : x; }
+  // A running sum as an fp32 accumulator holds it.
+  double acc(double x) const { return active ? static_cast<double>(static_cast<float>(x)) : x; }
 };
 
 void load_row(const TensorView& t, int64_t offset, int64_t n, double* dst) {
@@ -62,7 +65,7 @@ HeadState compute_head(const Problem& pb, int64_t b, int64_t h, const Rounder& r
       if (!mask.visible(i, j)) continue;
       load_row(pb.k, element_offset(pb, pb.sk, false, b, j, kh), dqk, krow.data());
       double dot = 0.0;
-      for (int64_t d = 0; d < dqk; ++d) dot += qrow[d] * krow[d];
+      for (int64_t d = 0; d < dqk; ++d) dot = rnd.acc(dot + qrow[d] * krow[d]);
       double s = rnd(dot * pb.scale);
       if (pb.softcap > 0.0) {
         st.tanh_s[i * sk + j] = std::tanh(s / pb.softcap);
@@ -104,7 +107,7 @@ void forward(const Problem& pb, Rounding rounding) {
         const double pd = rnd(st.p[i * st.sk + j] * st.keep[i * st.sk + j]);
         if (pd == 0.0) continue;
         load_row(pb.v, element_offset(pb, pb.sv, false, b, j, kh), dv, vrow.data());
-        for (int64_t d = 0; d < dv; ++d) acc[d] += pd * vrow[d];
+        for (int64_t d = 0; d < dv; ++d) acc[d] = rnd.acc(acc[d] + pd * vrow[d]);
       }
       const int64_t o = element_offset(pb, pb.so, true, b, i, h);
       for (int64_t d = 0; d < dv; ++d) store_from_double(pb.out.data, pb.out.dtype, o + d, rnd(acc[d]));
@@ -139,14 +142,15 @@ void backward(const Problem& pb, Rounding rounding) {
         double rowsum = 0.0;  // D_i = sum_j P_ij dP_ij  (= rowsum(dO * O))
         for (int64_t j = 0; j < sk; ++j) {
           double g = 0.0;
-          for (int64_t d = 0; d < dv; ++d) g += dout[i * dv + d] * v[j * dv + d];
+          for (int64_t d = 0; d < dv; ++d) g = rnd.acc(g + dout[i * dv + d] * v[j * dv + d]);
           dp[j] = rnd(rnd(g) * st.keep[i * sk + j]);
           rowsum += st.p[i * sk + j] * dp[j];
         }
         for (int64_t j = 0; j < sk; ++j) {
           const double pij = st.p[i * sk + j];
           const double pd = rnd(pij * st.keep[i * sk + j]);
-          for (int64_t d = 0; d < dv; ++d) dvacc[j * dv + d] += pd * dout[i * dv + d];
+          for (int64_t d = 0; d < dv; ++d)
+            dvacc[j * dv + d] = rnd.acc(dvacc[j * dv + d] + pd * dout[i * dv + d]);
           if (pij == 0.0) continue;
           double ds = rnd(pij * (dp[j] - rowsum));
           if (pb.softcap > 0.0) {
@@ -155,8 +159,8 @@ void backward(const Problem& pb, Rounding rounding) {
           }
           const double g = ds * pb.scale;
           for (int64_t d = 0; d < dqk; ++d) {
-            dq[i * dqk + d] += g * k[j * dqk + d];
-            dk[j * dqk + d] += g * q[i * dqk + d];
+            dq[i * dqk + d] = rnd.acc(dq[i * dqk + d] + g * k[j * dqk + d]);
+            dk[j * dqk + d] = rnd.acc(dk[j * dqk + d] + g * q[i * dqk + d]);
           }
         }
       }
