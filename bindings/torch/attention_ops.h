@@ -1,0 +1,82 @@
+// The flashtrain::fwd / flashtrain::bwd operators: allocate outputs with torch, fill
+// AttentionOptions, call flashtrain::forward/backward. The device-specific part (device guard,
+// stream, workspace) is a DeviceScope: HostScope here, CudaScope in cuda_scope.h.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <string>
+#include <tuple>
+
+namespace flashtrain::torch_binding {
+
+// What the device-specific registration hands to the shared operator bodies.
+struct ExecutionContext {
+  void* stream = nullptr;         // cudaStream_t on CUDA; null on the CPU
+  bool torch_workspace = false;   // allocate backward's workspace from torch's allocator
+};
+
+// The operators' schemas, shared by the TORCH_LIBRARY definition and the documentation.
+extern const char* const kForwardSchema;
+extern const char* const kBackwardSchema;
+extern const char* const kBackendSchema;
+
+// The backend flashtrain::fwd would run for these inputs ("cpu", "cuda"); throws (Python
+// ValueError) with every reason when none can, e.g. a CUDA head dim that is not built.
+std::string backend_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const c10::optional<at::Tensor>& cu_seqlens_q,
+                       const c10::optional<at::Tensor>& cu_seqlens_k, int64_t max_seqlen_q,
+                       int64_t max_seqlen_k, double dropout_p,
+                       c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
+                       int64_t window_left, int64_t window_right, double softcap,
+                       const c10::optional<at::Tensor>& alibi_slopes);
+
+std::tuple<at::Tensor, at::Tensor> forward_op(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k,
+    int64_t max_seqlen_q, int64_t max_seqlen_k, double dropout_p,
+    c10::optional<double> softmax_scale, bool causal, bool causal_top_left, int64_t window_left,
+    int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+    const c10::optional<at::Tensor>& rng_state, const ExecutionContext& context);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const c10::optional<at::Tensor>& cu_seqlens_q,
+    const c10::optional<at::Tensor>& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
+    int64_t window_left, int64_t window_right, double softcap,
+    const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
+    bool deterministic, const ExecutionContext& context);
+
+// Kernel functions with the exact schema signatures, for m.impl(). DeviceScope is constructed
+// from q for the duration of the call and provides context().
+template <typename DeviceScope>
+std::tuple<at::Tensor, at::Tensor> forward_kernel(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const c10::optional<at::Tensor>& cu_seqlens_q, const c10::optional<at::Tensor>& cu_seqlens_k,
+    int64_t max_seqlen_q, int64_t max_seqlen_k, double dropout_p,
+    c10::optional<double> softmax_scale, bool causal, bool causal_top_left, int64_t window_left,
+    int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
+    const c10::optional<at::Tensor>& rng_state) {
+  const DeviceScope scope(q);
+  return forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                    softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
+                    alibi_slopes, rng_state, scope.context());
+}
+
+template <typename DeviceScope>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_kernel(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const c10::optional<at::Tensor>& cu_seqlens_q,
+    const c10::optional<at::Tensor>& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
+    int64_t window_left, int64_t window_right, double softcap,
+    const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
+    bool deterministic) {
+  const DeviceScope scope(q);
+  return backward_op(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                     max_seqlen_k, dropout_p, softmax_scale, causal, causal_top_left, window_left,
+                     window_right, softcap, alibi_slopes, rng_state, deterministic,
+                     scope.context());
+}
+
+}  // namespace flashtrain::torch_binding

@@ -1,0 +1,39 @@
+// TORCH_LIBRARY(flashtrain): the operator schemas and their CPU implementation.
+// The CUDA implementation is registered by cuda_ops.cpp when torch has CUDA.
+#include <torch/library.h>
+#include <torch/version.h>
+
+#include "attention_ops.h"
+
+namespace flashtrain::torch_binding {
+namespace {
+
+struct HostScope {
+  explicit HostScope(const at::Tensor&) {}
+  ExecutionContext context() const { return {}; }
+};
+
+}  // namespace
+}  // namespace flashtrain::torch_binding
+
+// torch >= 2.2 knows pt2_compliant_tag: it tells torch.compile the ops have fake registrations
+// (python/flashtrain/ops.py) and are safe to trace.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+#define FLASHTRAIN_OP_TAGS , {at::Tag::pt2_compliant_tag}
+#else
+#define FLASHTRAIN_OP_TAGS
+#endif
+
+TORCH_LIBRARY(flashtrain, m) {
+  using namespace flashtrain::torch_binding;
+  m.def(kForwardSchema FLASHTRAIN_OP_TAGS);
+  m.def(kBackwardSchema FLASHTRAIN_OP_TAGS);
+  // Device-independent (it only validates and chooses), so one catch-all kernel serves.
+  m.def(kBackendSchema, &backend_op);
+}
+
+TORCH_LIBRARY_IMPL(flashtrain, CPU, m) {
+  using namespace flashtrain::torch_binding;
+  m.impl("fwd", &forward_kernel<HostScope>);
+  m.impl("bwd", &backward_kernel<HostScope>);
+}

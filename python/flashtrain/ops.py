@@ -1,0 +1,91 @@
+"""The raw operators torch.ops.flashtrain.fwd / bwd (BSHD layout, no autograd), and their fake
+registrations so torch.compile (torch >= 2.4) can trace them without running them.
+
+fwd(q, k, v, ...) -> (out, lse); bwd(dout, q, k, v, out, lse, ...) -> (dq, dk, dv);
+backend(q, k, v, ...) -> "cpu" | "cuda", the backend fwd would choose.
+rng_state is a CPU int64 tensor (seed, offset) that keys the dropout mask, or None when
+dropout_p == 0. Errors in the inputs raise ValueError with the C++ library's message.
+"""
+import torch
+
+from . import _compat, _load
+
+_load.load()
+_ops = torch.ops.flashtrain
+
+# Element count of rng_state: (seed, offset).
+RNG_STATE_ELEMENTS = 2
+# Seeds and offsets are drawn below 2**62 so that they stay positive int64 values on every torch.
+_RNG_HIGH = 2 ** 62
+
+
+def draw_rng_state():
+    """(seed, offset) for one dropout call, from torch's default (CPU) generator.
+
+    The CPU generator is used for every device: torch.manual_seed() makes dropout reproducible,
+    and torch.utils.checkpoint restores it before recomputing (it always saves the CPU RNG
+    state), so a recomputed forward drops exactly the same elements.
+    """
+    return torch.randint(0, _RNG_HIGH, (RNG_STATE_ELEMENTS,), dtype=torch.int64)
+
+
+def fwd(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
+        dropout_p=0.0, softmax_scale=None, causal=False, causal_top_left=False, window_left=-1,
+        window_right=-1, softcap=0.0, alibi_slopes=None, rng_state=None):
+    return _ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    float(dropout_p), None if softmax_scale is None else float(softmax_scale),
+                    bool(causal), bool(causal_top_left), int(window_left), int(window_right),
+                    float(softcap), alibi_slopes, rng_state)
+
+
+def bwd(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+        max_seqlen_k=0, dropout_p=0.0, softmax_scale=None, causal=False, causal_top_left=False,
+        window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None, rng_state=None,
+        deterministic=False):
+    return _ops.bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                    max_seqlen_k, float(dropout_p),
+                    None if softmax_scale is None else float(softmax_scale), bool(causal),
+                    bool(causal_top_left), int(window_left), int(window_right), float(softcap),
+                    alibi_slopes, rng_state, bool(deterministic))
+
+
+def backend(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
+            dropout_p=0.0, softmax_scale=None, causal=False, causal_top_left=False,
+            window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
+    """The backend fwd would run for these inputs: "cpu" or "cuda". Raises ValueError with every
+    reason when none can (for example a head dim the CUDA build did not instantiate)."""
+    return _ops.backend(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        float(dropout_p), None if softmax_scale is None else float(softmax_scale),
+                        bool(causal), bool(causal_top_left), int(window_left), int(window_right),
+                        float(softcap), alibi_slopes)
+
+
+def _check_rank(q):
+    if q.dim() not in (3, 4):
+        raise ValueError("q must have rank 4 [B, S, H, D] or rank 3 [total, H, D] (varlen), got "
+                         "rank %d with shape %s" % (q.dim(), list(q.shape)))
+
+
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+              softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
+              alibi_slopes, rng_state):
+    # Shapes only; the C++ operator allocates the same contiguous tensors.
+    _check_rank(q)
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    if q.dim() == 3:
+        lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    else:
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return out, lse
+
+
+def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+              dropout_p, softmax_scale, causal, causal_top_left, window_left, window_right,
+              softcap, alibi_slopes, rng_state, deterministic):
+    _check_rank(q)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+if _compat.HAS_REGISTER_FAKE:
+    torch.library.register_fake("flashtrain::fwd")(_fwd_fake)
+    torch.library.register_fake("flashtrain::bwd")(_bwd_fake)
