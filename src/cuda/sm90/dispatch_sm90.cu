@@ -1,0 +1,185 @@
+// sm90::refusal and sm90::run_fwd: says why the Hopper forward cannot run a problem (each rule a
+// small function naming the values seen), and otherwise turns the Problem into FwdArgs and runs
+// the instantiation for its dtype and head dim. Head dims not built are compiled out here.
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <cutlass/numeric_types.h>
+
+#include "../common/built_hdims.h"
+#include "../common/cuda_check.h"
+#include "fwd_args_sm90.h"
+#include "launch.h"
+
+namespace flashtrain::cuda::sm90 {
+namespace {
+
+constexpr int kComputeMajor = 9;  // wgmma, TMA and setmaxnreg are sm_90a instructions
+constexpr int kComputeMinor = 0;
+constexpr int kHeadDims[] = {64, 128, 256};
+// TMA: the global base address and every stride but the innermost are multiples of 16 bytes.
+constexpr int64_t kTmaAlignBytes = 16;
+// Row and column indices inside the kernel are 32-bit; keep i + diag + window in range.
+constexpr int64_t kMaxSeqlen = int64_t(1) << 30;
+// Work tiles (128-row query blocks x heads x batch) are numbered with 32-bit ints.
+constexpr int64_t kMaxWorkTiles = int64_t(1) << 30;
+
+struct DeviceInfo {
+  int major = -1, minor = -1;
+  int num_sms = 0;
+};
+
+// Compute capability and SM count of each device, read once.
+DeviceInfo device_info(int device) {
+  static std::mutex mutex;
+  static std::vector<DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device >= static_cast<int>(cache.size())) cache.resize(device + 1);
+  if (cache[device].major < 0) {
+    cudaDeviceProp prop{};
+    FT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device), "sm90: reading the properties of cuda:", device);
+    cache[device] = DeviceInfo{prop.major, prop.minor, prop.multiProcessorCount};
+  }
+  return cache[device];
+}
+
+std::string device_reason(const Problem& p) {
+  if (p.device != Device::kCUDA) return detail::concat("sm90: tensors are on ", device_name(p.device), ", not CUDA");
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= p.device_index) {
+    cudaGetLastError();  // clear the sticky error so later calls are not blamed for it
+    return detail::concat("sm90: no CUDA device cuda:", p.device_index);
+  }
+  const DeviceInfo info = device_info(p.device_index);
+  if (info.major != kComputeMajor || info.minor != kComputeMinor)
+    return detail::concat("sm90: device is not compute capability 9.0 (cuda:", p.device_index, " is ", info.major,
+                          ".", info.minor, ")");
+  return {};
+}
+
+std::string feature_reason(const Problem& p) {
+  std::string r;
+  auto add = [&r](const std::string& line) { r += (r.empty() ? "" : "\n") + line; };
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    add(detail::concat("sm90: dtype ", dtype_name(p.dtype), " not supported (float16 and bfloat16 are)"));
+  if (p.varlen) add("sm90: varlen (cu_seqlens) not supported, the sm80 path runs it");
+  if (p.dropout_p > 0.0) add(detail::concat("sm90: dropout (p = ", p.dropout_p, ") not supported, the sm80 path runs it"));
+  if (p.softcap > 0.0) add(detail::concat("sm90: softcap (", p.softcap, ") not supported, the sm80 path runs it"));
+  if (p.alibi_slopes != nullptr) add("sm90: ALiBi not supported, the sm80 path runs it");
+  if (p.dim_qk != p.dim_v)
+    add(detail::concat("sm90: Dv (", p.dim_v, ") != Dqk (", p.dim_qk, ") not supported, the sm80 path runs it"));
+  bool dim_known = false;
+  for (int d : kHeadDims) dim_known |= p.dim_qk == d;
+  if (!dim_known)
+    add(detail::concat("sm90: head dim ", p.dim_qk, " not supported (64, 128 and 256 are), the sm80 path runs it"));
+  else if (!head_dim_built(p.dim_qk))
+    add(detail::concat("sm90: head dim ", p.dim_qk, " not built (built: ", FLASHTRAIN_HDIMS_BUILT, ")"));
+  return r;
+}
+
+// One BSHD tensor as TMA sees it: base and the strides of dims longer than 1 must be 16-byte
+// multiples (dims of length 1 never step, their stride is replaced in fwd_strides()).
+std::string tma_reason(const char* name, const TensorView& t, const Strides3& s, int64_t batch, int64_t seqlen,
+                       int64_t heads, DType dtype) {
+  if (t.data == nullptr) return detail::concat("sm90: ", name, " has no data pointer");
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t align = kTmaAlignBytes / elem;
+  std::string r;
+  if (reinterpret_cast<uintptr_t>(t.data) % kTmaAlignBytes != 0)
+    r = detail::concat("sm90: ", name, " data pointer ", t.data, " is not ", kTmaAlignBytes, "-byte aligned (TMA)");
+  auto bad = [align](int64_t size, int64_t stride) { return size > 1 && (stride <= 0 || stride % align != 0); };
+  if (bad(batch, s.batch) || bad(seqlen, s.seq) || bad(heads, s.head))
+    r += detail::concat(r.empty() ? "" : "\n", "sm90: ", name, " strides (batch ", s.batch, ", seq ", s.seq, ", head ",
+                        s.head, ") must be positive multiples of ", align, " elements (", kTmaAlignBytes,
+                        " bytes) for TMA");
+  return r;
+}
+
+std::string size_reason(const Problem& p) {
+  std::string r;
+  if (p.max_seqlen_q > kMaxSeqlen || p.max_seqlen_k > kMaxSeqlen)
+    r = detail::concat("sm90: sequence lengths (Sq ", p.max_seqlen_q, ", Sk ", p.max_seqlen_k, ") must be <= ",
+                       kMaxSeqlen);
+  if (p.max_seqlen_k == 0 && p.max_seqlen_q > 0)
+    r += detail::concat(r.empty() ? "" : "\n", "sm90: seqlen_k = 0 not supported (TMA needs a non-empty K), the sm80 path runs it");
+  const int64_t work_tiles = (p.max_seqlen_q + kFwdBlockM - 1) / kFwdBlockM * p.heads_q * p.batch;
+  if (work_tiles > kMaxWorkTiles)
+    r += detail::concat(r.empty() ? "" : "\n", "sm90: ", work_tiles, " work tiles (ceil(Sq / ", kFwdBlockM,
+                        ") * heads * batch) exceed ", kMaxWorkTiles);
+  return r;
+}
+
+FwdStrides fwd_strides(const Strides3& s, int64_t batch, int64_t seqlen, int64_t heads, DType dtype) {
+  // A dim of length 1 is never stepped; give TMA a stride it accepts whatever the caller's was.
+  const int64_t any_valid = kTmaAlignBytes / static_cast<int64_t>(dtype_size(dtype));
+  return FwdStrides{batch > 1 ? s.batch : any_valid, seqlen > 1 ? s.seq : any_valid, heads > 1 ? s.head : any_valid};
+}
+
+template <int kHeadDim>
+bool try_head_dim(const FwdArgs& args, const Problem& p, cudaStream_t stream) {
+  if constexpr (head_dim_built(kHeadDim)) {
+    if (p.dim_qk != kHeadDim) return false;
+    if (p.dtype == DType::kFloat16) {
+      run_fwd_hdim<cutlass::half_t, kHeadDim>(args, stream);
+      return true;
+    }
+    if (p.dtype == DType::kBFloat16) {
+      run_fwd_hdim<cutlass::bfloat16_t, kHeadDim>(args, stream);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string refusal(const Problem& p) {
+  std::string r = feature_reason(p);
+  auto add = [&r](const std::string& line) {
+    if (!line.empty()) r += (r.empty() ? "" : "\n") + line;
+  };
+  add(device_reason(p));
+  if (p.dtype == DType::kFloat16 || p.dtype == DType::kBFloat16) {
+    const int64_t b = p.batch, sq = p.max_seqlen_q, sk = p.max_seqlen_k;
+    add(tma_reason("q", p.q, p.sq, b, sq, p.heads_q, p.dtype));
+    add(tma_reason("k", p.k, p.sk, b, sk, p.heads_k, p.dtype));
+    add(tma_reason("v", p.v, p.sv, b, sk, p.heads_k, p.dtype));
+    add(tma_reason("out", p.out, p.so, b, sq, p.heads_q, p.dtype));
+  }
+  add(size_reason(p));
+  return r;
+}
+
+void run_fwd(const Problem& p, cudaStream_t stream) {
+  FwdArgs a;
+  a.q = p.q.data;
+  a.k = p.k.data;
+  a.v = p.v.data;
+  a.out = p.out.data;
+  a.lse = static_cast<float*>(p.lse.data);
+  a.q_strides = fwd_strides(p.sq, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
+  a.k_strides = fwd_strides(p.sk, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
+  a.v_strides = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
+  a.out_strides = fwd_strides(p.so, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
+  a.lse_batch_stride = p.lse_batch_stride;
+  a.lse_head_stride = p.lse_head_stride;
+  a.lse_row_stride = p.lse_row_stride;
+  a.batch = static_cast<int>(p.batch);
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.heads_k = static_cast<int>(p.heads_k);
+  a.seqlen_q = static_cast<int>(p.max_seqlen_q);
+  a.seqlen_k = static_cast<int>(p.max_seqlen_k);
+  a.scale = static_cast<float>(p.scale);
+  a.mask = p.mask(p.max_seqlen_q, p.max_seqlen_k);
+  a.num_sms = device_info(p.device_index).num_sms;
+  if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return;  // nothing to write
+  const bool ran = try_head_dim<64>(a, p, stream) || try_head_dim<128>(a, p, stream) || try_head_dim<256>(a, p, stream);
+  // refusal() rejects these first; reaching here means a caller skipped it.
+  FT_CHECK(ran, "sm90 forward: no kernel for dtype ", dtype_name(p.dtype), ", head dim ", p.dim_qk,
+           "; built head dims: ", FLASHTRAIN_HDIMS_BUILT);
+}
+
+}  // namespace flashtrain::cuda::sm90

@@ -1,0 +1,42 @@
+// FwdArgs: the plain host-side description of one dense forward call, built from a Problem by
+// dispatch_sm90.cu and turned into kernel Params (TMA descriptors) by fwd_launch_template_sm90.h.
+// Kept free of CuTe types so the dispatcher compiles without the kernel headers.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "../../common/mask.h"
+
+namespace flashtrain::cuda::sm90 {
+
+// Query rows of one work tile (two consumer warpgroups of 64 rows), for every head dim.
+constexpr int kFwdBlockM = 128;
+
+// Element strides of one BSHD tensor (the last dim is contiguous).
+struct FwdStrides {
+  int64_t batch = 0, seq = 0, head = 0;
+};
+
+struct FwdArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;
+  FwdStrides q_strides, k_strides, v_strides, out_strides;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0, lse_row_stride = 0;
+
+  int batch = 0, heads_q = 0, heads_k = 0;
+  int seqlen_q = 0, seqlen_k = 0;
+  float scale = 0.0f;  // softmax scale (natural units); the kernel folds log2(e) into it
+  MaskSpec mask{0, -1, -1, 0};
+  int num_sms = 0;  // of the device the kernel runs on: the persistent grid's size
+};
+
+// Defined in fwd_launch_template_sm90.h, instantiated once per (Element, head dim) in
+// src/cuda/instantiations/fwd_hdim{D}_{fp16|bf16}_sm90.cu.
+template <typename Element, int kHeadDim>
+void run_fwd_hdim(const FwdArgs& args, cudaStream_t stream);
+
+}  // namespace flashtrain::cuda::sm90

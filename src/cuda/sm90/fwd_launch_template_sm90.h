@@ -1,0 +1,33 @@
+// Host side of the sm90 forward for one (element type, head dim): builds the TMA descriptors
+// and kernel parameters from FwdArgs and launches. Included only by the generated
+// instantiation files (src/cuda/instantiations/fwd_hdim{D}_{fp16|bf16}_sm90.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "../common/cuda_check.h"
+#include "fwd_args_sm90.h"
+#include "fwd_kernel_sm90.h"
+
+namespace flashtrain::cuda::sm90 {
+
+template <typename Element, int kHeadDim>
+void run_fwd_hdim(const FwdArgs& args, cudaStream_t stream) {
+  using Traits = FwdTraits<kHeadDim, Element>;
+  const int num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  // A causal-style upper bound without a lower one: later query blocks see more keys.
+  const bool longest_first = args.mask.right >= 0 && args.mask.left < 0;
+  FwdParams<Traits> params{FwdMainloop<Traits>::make_params(args),
+                           FwdEpilogue<Traits>::make_params(args),
+                           PersistentTileScheduler::make_params(num_m_blocks, args.heads_q, args.batch, longest_first),
+                           args.mask,
+                           args.seqlen_q,
+                           args.scale};
+  auto kernel = fwd_kernel_sm90<Traits>;
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+                "sm90 forward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
+  const dim3 grid = PersistentTileScheduler::grid(params.scheduler, args.num_sms);
+  kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(params);
+  check_launch("flashtrain::cuda::sm90::fwd_kernel_sm90");
+}
+
+}  // namespace flashtrain::cuda::sm90

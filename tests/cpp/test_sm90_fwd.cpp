@@ -1,0 +1,161 @@
+// The sm90a (Hopper) forward kernel called directly through flashtrain::cuda::sm90, so it is
+// tested whatever backend.cu dispatches to: DESIGN.md §4's rule on out and lse for odd lengths,
+// both causal alignments, sliding windows, GQA and every head dim it instantiates; and the
+// refusal reasons for what it does not run. GPU cases skip unless a compute capability 9.0
+// device is present. bench/sm90_fwd_check.cu runs a wider list and times the kernel.
+// The K-tile ranges the kernel visits (BlockMask) are checked on the CPU against MaskSpec.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+
+#include "common/mask.h"
+#include "cuda/sm90/fwd_block_mask_sm90.h"
+
+namespace flashtrain::testing {
+namespace {
+
+// For random lengths, alignments, causal flags and windows: every visible (row, column) of a
+// query block lies in a visited K tile, and every tile the kernel runs unmasked is visible in
+// full for every real row of the block.
+template <int kBlockM, int kBlockN>
+void check_block_masks(uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> len(1, 700), window(-1, 300), coin(0, 1);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t sq = len(gen), sk = len(gen);
+    const bool causal = coin(gen) == 1, bottom_right = coin(gen) == 1;
+    const MaskSpec spec{bottom_right ? sk - sq : 0, window(gen), causal ? 0 : window(gen), sk};
+    for (int m_block = 0; m_block * kBlockM < sq; ++m_block) {
+      const cuda::sm90::BlockMask<kBlockM, kBlockN> mask(spec, m_block, static_cast<int>(sq));
+      const int64_t row_end = std::min<int64_t>((m_block + 1) * kBlockM, sq);
+      for (int64_t i = m_block * kBlockM; i < row_end; ++i)
+        for (int64_t j = spec.col_begin(i); j < spec.col_end(i); ++j)
+          ASSERT_TRUE(j / kBlockN >= mask.n_min && j / kBlockN < mask.n_max)
+              << "row " << i << " col " << j << " outside tiles [" << mask.n_min << ", " << mask.n_max
+              << ") sq " << sq << " sk " << sk << " diag " << spec.diag << " window (" << spec.left << ", "
+              << spec.right << ")";
+      for (int n = mask.n_min; n < mask.n_max; ++n) {
+        if (mask.needs_mask(n)) continue;
+        for (int64_t i = m_block * kBlockM; i < row_end; ++i)
+          for (int64_t j = int64_t(n) * kBlockN; j < int64_t(n + 1) * kBlockN; ++j)
+            ASSERT_TRUE(spec.visible(i, j)) << "unmasked tile " << n << " hides row " << i << " col " << j
+                                            << " sq " << sq << " sk " << sk << " diag " << spec.diag;
+      }
+    }
+  }
+}
+
+TEST(Sm90BlockMask, TileRangesMatchMaskSpec) {
+  check_block_masks<128, 128>(1);  // D = 64, 128
+  check_block_masks<128, 64>(2);   // D = 256
+}
+
+}  // namespace
+}  // namespace flashtrain::testing
+
+#ifdef FLASHTRAIN_WITH_CUDA
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "api/validate.h"
+#include "cuda/sm90/launch.h"
+#include "test_util.h"
+
+namespace flashtrain::testing {
+namespace {
+
+bool hopper_present() {
+  if (!cuda_available()) return false;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+}
+
+// A problem over host tensors: refusal()'s feature rules do not need a device.
+Problem host_problem(const AttentionOptions& options, int64_t dim_qk = 128, int64_t dim_v = 128) {
+  static float dummy[1];
+  auto view = [](int64_t d) { return TensorView::contiguous(dummy, DType::kBFloat16, {1, 4, 2, d}); };
+  Problem p = make_input_problem(view(dim_qk), view(dim_qk), view(dim_v), options);
+  return p;
+}
+
+TEST(Sm90Refusal, NamesEachUnsupportedFeature) {
+  AttentionOptions dropout;
+  dropout.dropout_p = 0.1;
+  EXPECT_NE(cuda::sm90::refusal(host_problem(dropout)).find("sm90: dropout"), std::string::npos);
+  AttentionOptions softcap;
+  softcap.softcap = 30.0;
+  EXPECT_NE(cuda::sm90::refusal(host_problem(softcap)).find("sm90: softcap (30)"), std::string::npos);
+  const std::string dims = cuda::sm90::refusal(host_problem({}, 192, 128));
+  EXPECT_NE(dims.find("Dv (128) != Dqk (192)"), std::string::npos) << dims;
+  EXPECT_NE(dims.find("head dim 192 not supported"), std::string::npos) << dims;
+  EXPECT_NE(cuda::sm90::refusal(host_problem({})).find("sm90: tensors are on cpu"), std::string::npos);
+}
+
+struct Sm90Case {
+  const char* name;
+  int64_t batch, sq, sk, hq, hk, d;
+  DType dtype;
+  bool causal;
+  CausalAlign align;
+  int64_t left, right;
+};
+
+class Sm90Forward : public ::testing::TestWithParam<Sm90Case> {};
+
+TEST_P(Sm90Forward, MatchesReference) {
+  if (!hopper_present()) GTEST_SKIP() << "no compute capability 9.0 device";
+  const Sm90Case& t = GetParam();
+  check::CaseSpec spec = dense_spec(t.name, t.batch, t.sq, t.sk, t.hq, t.hk, t.d, t.d, t.dtype);
+  spec.backward = false;
+  spec.options.causal = t.causal;
+  spec.options.align = t.align;
+  spec.options.window_left = t.left;
+  spec.options.window_right = t.right;
+  check::Case c(spec);
+  const check::Outputs ref = c.run(Backend::kReference);
+  const check::Outputs naive = c.run_naive();
+  const check::Case::Views v = c.prepare(Backend::kCUDA);
+  const Problem p = make_forward_problem(v.q, v.k, v.v, v.out, v.lse, v.options);
+  const std::string why = cuda::sm90::refusal(p);
+  if (!why.empty() && why.find("not built") != std::string::npos) GTEST_SKIP() << why;
+  ASSERT_TRUE(why.empty()) << why;
+  cuda::sm90::run_fwd(p, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const check::Outputs got = c.collect(Backend::kCUDA);
+  const check::Comparison out = check::compare("out", spec.dtype, got.out, ref.out, naive.out);
+  const check::Comparison lse = check::compare("lse", DType::kFloat32, got.lse, ref.lse, naive.lse);
+  EXPECT_TRUE(out.pass) << out.describe();
+  EXPECT_TRUE(lse.pass) << lse.describe();
+  EXPECT_EQ(got.writes_outside, 0);
+}
+
+constexpr DType kBf16 = DType::kBFloat16;
+constexpr DType kFp16 = DType::kFloat16;
+constexpr CausalAlign kBR = CausalAlign::kBottomRight;
+constexpr CausalAlign kTL = CausalAlign::kTopLeft;
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Sm90Forward,
+    ::testing::Values(Sm90Case{"d128_ragged", 2, 1000, 1000, 4, 4, 128, kBf16, false, kBR, -1, -1},
+                      Sm90Case{"d128_causal_br_gqa", 1, 257, 1031, 6, 2, 128, kFp16, true, kBR, -1, -1},
+                      Sm90Case{"d128_causal_br_empty_rows", 1, 1031, 257, 4, 1, 128, kBf16, true, kBR, -1, -1},
+                      Sm90Case{"d128_causal_tl", 2, 300, 700, 2, 2, 128, kBf16, true, kTL, -1, -1},
+                      Sm90Case{"d128_window", 1, 900, 900, 2, 2, 128, kFp16, true, kBR, 100, 0},
+                      Sm90Case{"d64_window", 1, 513, 513, 4, 4, 64, kBf16, false, kBR, 64, 32},
+                      Sm90Case{"d64_sq1", 3, 1, 4097, 2, 2, 64, kFp16, true, kBR, -1, -1},
+                      Sm90Case{"d256_causal_gqa", 1, 333, 555, 4, 2, 256, kBf16, true, kBR, -1, -1},
+                      Sm90Case{"d256_tl", 1, 400, 191, 2, 1, 256, kFp16, true, kTL, -1, -1},
+                      // more work tiles than SMs: several tiles per persistent block
+                      Sm90Case{"many_tiles_d128_empty_tiles", 3, 1031, 257, 16, 4, 128, kBf16, true, kBR, -1, -1},
+                      Sm90Case{"many_tiles_d256", 2, 400, 400, 40, 20, 256, kFp16, false, kBR, -1, -1}),
+    [](const ::testing::TestParamInfo<Sm90Case>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace flashtrain::testing
+#endif  // FLASHTRAIN_WITH_CUDA
