@@ -42,8 +42,11 @@ void forward(const Problem& p) {
         if (p.report) local.scores(s.data(), m * kBlockN);
         for (int64_t i = 0; i < m; ++i) {
           float* srow = &s[i * kBlockN];
-          const float tile_max = *std::max_element(srow, srow + kBlockN);
-          const float new_max = std::max(row_max[i], tile_max);
+          // NaN-propagating maxima: a NaN input must reach this row's out and lse
+          // (NonFiniteInputs::kPropagate), never pass for a fully masked row.
+          float tile_max = kNegInf;
+          for (int64_t j = 0; j < kBlockN; ++j) tile_max = nan_max(tile_max, srow[j]);
+          const float new_max = nan_max(row_max[i], tile_max);
           if (new_max == kNegInf) {  // nothing visible in this row yet: contributes nothing
             std::fill(srow, srow + kBlockN, 0.0f);
             continue;

@@ -40,9 +40,12 @@ inline void exp_shifted(float* x, int64_t n, float shift) {
     bits += static_cast<int32_t>(k) << 23;
     float r;
     std::memcpy(&r, &bits, sizeof r);
-    x[j] = t < kMinExp2 ? 0.0f : r;
+    x[j] = t < kMinExp2 ? 0.0f : (t != t ? t : r);  // NaN in, NaN out
   }
 }
+
+// max(a, b) that returns NaN when either is NaN (std::max drops a NaN second argument).
+inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
 
 // Loads `rows` rows of `width` elements (row r at element offset base + r * row_stride) into a
 // dense fp32 tile [rows][width].
