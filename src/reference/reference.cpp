@@ -132,7 +132,16 @@ void backward(const Problem& pb, Rounding rounding) {
       load_row(pb.v, element_offset(pb, pb.sv, false, b, j, kh), dv, &v[j * dv]);
     }
     for (int64_t h = kh * pb.group(); h < (kh + 1) * pb.group(); ++h) {
-      const HeadState st = compute_head(pb, b, h, rnd);
+      HeadState st = compute_head(pb, b, h, rnd);
+      if (rnd.active) {
+        // The baseline's backward, like any method that saves lse in the API's fp32 format, sees
+        // P through that rounded lse; at |lse| ~ 1e3 its last bit alone moves P by ~1e-4.
+        for (int64_t i = 0; i < sq; ++i) {
+          if (st.lse[i] == kNegInf) continue;
+          const double lse32 = static_cast<float>(st.lse[i]);
+          for (int64_t j = 0; j < sk; ++j) st.p[i * sk + j] = rnd(std::exp(st.s[i * sk + j] - lse32));
+        }
+      }
       for (int64_t i = 0; i < sq; ++i) {
         load_row(pb.q, element_offset(pb, pb.sq, true, b, i, h), dqk, &q[i * dqk]);
         load_row(pb.dout, element_offset(pb, pb.sdo, true, b, i, h), dv, &dout[i * dv]);

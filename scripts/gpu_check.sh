@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# GPU harness (DESIGN.md §4): on a machine with an NVIDIA GPU, builds flashtrain with the CUDA
+# backend, runs the C++ suite (which runs its CUDA cases when a GPU is present), `flashtrain
+# doctor`, a compute-sanitizer memcheck pass on a small case and the benchmark, writing the log
+# of every step (and the benchmark's JSON) under OUTDIR. Later steps run even when an earlier one
+# fails; the exit status is non-zero when any step failed. A summary table is printed last.
+#
+# Usage: scripts/gpu_check.sh OUTDIR [--quick]
+#   --quick   build head dims 64 and 128 for sm_90a only, and run the benchmark's --quick grid
+# Environment: FLASHTRAIN_CUDA_ARCHS (default "80;90a"), FLASHTRAIN_HDIMS (default all:
+#   "64;96;128;192;256"), BUILD_DIR (default build-gpu), JOBS (default nproc).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+outdir=""
+quick=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
+    *) [[ -n "$outdir" ]] && { echo "one OUTDIR only (see --help)" >&2; exit 2; }; outdir="$1" ;;
+  esac
+  shift
+done
+[[ -z "$outdir" ]] && { usage >&2; exit 2; }
+mkdir -p "$outdir" && outdir=$(cd "$outdir" && pwd)
+
+if [[ $quick == 1 ]]; then
+  archs=${FLASHTRAIN_CUDA_ARCHS:-90a}
+  hdims=${FLASHTRAIN_HDIMS:-64;128}
+else
+  archs=${FLASHTRAIN_CUDA_ARCHS:-80;90a}
+  hdims=${FLASHTRAIN_HDIMS:-64;96;128;192;256}
+fi
+build=${BUILD_DIR:-build-gpu}
+jobs=${JOBS:-$(nproc)}
+python=${PYTHON:-python3}
+
+names=()
+results=()
+seconds=()
+failed=0
+# step NAME LOGFILE CMD...: runs CMD with its output in OUTDIR/LOGFILE, records status and time.
+step() {
+  local name=$1 log=$2
+  shift 2
+  printf '==> %-22s (log: %s)\n' "$name" "$outdir/$log"
+  local t0=$SECONDS
+  "$@" >"$outdir/$log" 2>&1
+  local rc=$?
+  names+=("$name")
+  seconds+=($((SECONDS - t0)))
+  if [[ $rc == 0 ]]; then results+=("ok"); else results+=("FAIL (rc $rc)"); failed=1; fi
+  return $rc
+}
+skip() {
+  names+=("$1")
+  results+=("skipped: $2")
+  seconds+=(0)
+}
+
+# ---- machine -------------------------------------------------------------------------------
+step "nvidia-smi" nvidia-smi.log nvidia-smi
+
+# ---- configure and build ---------------------------------------------------------------------
+# The benchmark needs the PyTorch extension; build it only when the benchmark and torch are there.
+bench=bench/bench_attention.py
+torch_dir=""
+if [[ -f $bench ]] && $python -c 'import torch' >/dev/null 2>&1; then
+  torch_dir=$($python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch
+fi
+# The GPU machine has no GoogleTest: a copy carried in .gtest/ (scripts/pack_gtest.sh) is used when present.
+gtest_flags=()
+[[ -d .gtest/lib/x86_64-linux-gnu/cmake/GTest ]] && gtest_flags=("-DGTest_DIR=$PWD/.gtest/lib/x86_64-linux-gnu/cmake/GTest")
+configure() {
+  local torch_flags=()
+  [[ -n "$torch_dir" ]] && torch_flags=(-DFLASHTRAIN_TORCH=ON "-DTorch_DIR=$torch_dir")
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTRAIN_CUDA=ON \
+    "-DFLASHTRAIN_CUDA_ARCHS=$archs" "-DFLASHTRAIN_HDIMS=$hdims" -DFLASHTRAIN_TESTS=ON \
+    "${torch_flags[@]}" "${gtest_flags[@]}" && return 0
+  if [[ -n "$torch_dir" ]]; then  # the extension must not stop the C++ checks
+    echo "!! configure with the PyTorch extension failed; retrying without it (no benchmark)"
+    torch_dir=""
+    cmake -S . -B "$build" -DFLASHTRAIN_TORCH=OFF "${gtest_flags[@]}"
+  else
+    return 1
+  fi
+}
+step "configure" configure.log configure
+built=0
+step "build ($archs; $hdims)" build.log cmake --build "$build" -j "$jobs" && built=1
+
+# ---- tests -----------------------------------------------------------------------------------
+if [[ $built == 1 ]]; then
+  step "ctest" ctest.log ctest --test-dir "$build" --output-on-failure -j 4 --timeout 600
+  step "doctor --backend all" doctor.log "$build/flashtrain" doctor --backend all
+  # Small CUDA cases under memcheck: out-of-bounds or misaligned accesses, uninitialised reads.
+  if command -v compute-sanitizer >/dev/null 2>&1; then
+    filter='*Cuda*Small*bf16*'  # one dtype: memcheck slows kernels 10-100x
+    if "$build/flashtrain_tests" --gtest_list_tests --gtest_filter="$filter" 2>/dev/null | grep -q '^  '; then
+      step "memcheck (tests $filter)" memcheck.log compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$build/flashtrain_tests" --gtest_filter="$filter"
+    else
+      step "memcheck (doctor --quick)" memcheck.log compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$build/flashtrain" doctor --backend cuda --quick
+    fi
+  else
+    skip "memcheck" "compute-sanitizer not found"
+  fi
+else
+  skip "ctest" "build failed"
+  skip "doctor" "build failed"
+  skip "memcheck" "build failed"
+fi
+
+# ---- benchmark -------------------------------------------------------------------------------
+if [[ ! -f $bench ]]; then
+  skip "benchmark" "$bench does not exist"
+elif [[ -z "$torch_dir" ]]; then
+  skip "benchmark" "torch or its extension build is not available"
+elif [[ $built == 0 ]]; then
+  skip "benchmark" "build failed"
+else
+  bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md")
+  [[ $quick == 1 ]] && bench_args+=(--quick)
+  step "benchmark" bench.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
+    $python "$bench" "${bench_args[@]}"
+fi
+
+# ---- summary ---------------------------------------------------------------------------------
+{
+  echo
+  echo "flashtrain gpu_check ($(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  printf '%-34s %-8s %s\n' "step" "seconds" "result"
+  for i in "${!names[@]}"; do printf '%-34s %-8s %s\n' "${names[$i]}" "${seconds[$i]}" "${results[$i]}"; done
+  if [[ -f "$outdir/ctest.log" ]]; then grep -E 'tests passed|tests failed' "$outdir/ctest.log" | tail -1; fi
+  if [[ -f "$outdir/bench.md" ]]; then echo; cat "$outdir/bench.md"; fi
+  echo "logs: $outdir"
+} | tee "$outdir/summary.txt"
+exit $failed

@@ -1,0 +1,42 @@
+// Launches the sm80 backward for one (Dqk, Dv, Element): preprocess -> main -> postprocess, all on
+// `stream`, no synchronisation and no allocation (the workspace holds bwd_workspace_bytes(p),
+// laid out as documented in bwd_plan.h). Instantiated once per head-dim pair and dtype by the
+// files src/cuda/instantiations/generate.py writes.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "../common/cuda_check.h"
+#include "bwd_kernel.h"
+#include "bwd_kernel_traits.h"
+#include "bwd_params.h"
+#include "bwd_plan.h"
+#include "bwd_postprocess.h"
+#include "bwd_preprocess.h"
+
+namespace flashtrain::cuda::sm80 {
+
+template <int kDimQK, int kDimV, typename Element>
+void run_bwd_hdim(const Problem& problem, void* workspace, cudaStream_t stream) {
+  using Traits = BwdTraits<kDimQK, kDimV, Element>;
+  const BwdPlan plan = make_bwd_plan(problem);
+  const BwdParams params = make_bwd_params(problem, plan, workspace);
+
+  launch_bwd_preprocess<Element, kDimQK, kDimV>(params, stream);
+  check_launch("bwd_preprocess");
+
+  if (plan.n_blocks > 0 && problem.batch > 0) {
+    auto* kernel = &bwd_main_kernel<Traits>;
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+                  "cuda backward: giving bwd_main ", Traits::kSmemBytes, " bytes of shared memory (head dims ",
+                  kDimQK, "/", kDimV, ")");
+    const dim3 grid(plan.n_blocks, static_cast<unsigned>(problem.batch),
+                    static_cast<unsigned>(problem.heads_k * plan.head_chunks));
+    kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
+    check_launch("bwd_main");
+  }
+
+  launch_bwd_postprocess<Element, kDimQK, kDimV>(params, stream);
+  check_launch("bwd_postprocess");
+}
+
+}  // namespace flashtrain::cuda::sm80

@@ -1,0 +1,70 @@
+// Backward stage 3: round the fp32 accumulators (dQ always; dK / dV when the query-head group was
+// split over blocks) to the output dtype, written with the output tensors' strides.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "bwd_params.h"
+
+namespace flashtrain::cuda::sm80 {
+
+namespace bwd_postprocess_detail {
+constexpr int kThreads = 256;
+constexpr int kVec = 4;  // one float4 of the accumulator -> four output elements
+}  // namespace bwd_postprocess_detail
+
+// accum is [rows][heads][kDim] over the global row space; `dense_len` is the per-batch sequence
+// length of a dense tensor (row r = batch r / len, position r % len) and 0 for varlen (the global
+// row is the tensor row, batch stride 0).
+template <typename Element, int kDim>
+__global__ void __launch_bounds__(bwd_postprocess_detail::kThreads)
+    bwd_convert_kernel(const float* __restrict__ accum, int rows, int heads, int dense_len, Element* out,
+                       Strides3 stride) {
+  using namespace bwd_postprocess_detail;
+  static_assert(kDim % kVec == 0, "head dim must fill whole vectors");
+  constexpr int kVecsPerRow = kDim / kVec;
+  const int64_t total = static_cast<int64_t>(rows) * heads * kVecsPerRow;
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < total;
+       x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int d = static_cast<int>(x % kVecsPerRow) * kVec;
+    const int64_t rh = x / kVecsPerRow;
+    const int h = static_cast<int>(rh % heads);
+    const int r = static_cast<int>(rh / heads);
+    const int b = dense_len > 0 ? r / dense_len : 0;
+    const int i = dense_len > 0 ? r - b * dense_len : r;
+    const float4 a = reinterpret_cast<const float4*>(accum)[x];
+    const Element v[kVec] = {static_cast<Element>(a.x), static_cast<Element>(a.y), static_cast<Element>(a.z),
+                             static_cast<Element>(a.w)};
+    Element* dst = out + static_cast<int64_t>(b) * stride.batch + static_cast<int64_t>(i) * stride.seq +
+                   static_cast<int64_t>(h) * stride.head + d;
+    *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(v);
+  }
+}
+
+template <typename Element, int kDim>
+void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, void* out, const Strides3& stride,
+                        cudaStream_t stream) {
+  using namespace bwd_postprocess_detail;
+  // Enough blocks to fill an H200 several times over; the grid-stride loop covers the rest.
+  constexpr int64_t kMaxBlocks = 132 * 16;
+  const int64_t work = static_cast<int64_t>(rows) * heads * (kDim / kVec);
+  if (work == 0) return;
+  const int64_t blocks_needed = (work + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(blocks_needed < kMaxBlocks ? blocks_needed : kMaxBlocks);
+  bwd_convert_kernel<Element, kDim><<<blocks, kThreads, 0, stream>>>(accum, rows, heads, dense_len,
+                                                                     static_cast<Element*>(out), stride);
+}
+
+template <typename Element, int kDimQK, int kDimV>
+void launch_bwd_postprocess(const BwdParams& p, cudaStream_t stream) {
+  const int dense_q = p.varlen ? 0 : p.max_seqlen_q;
+  const int dense_k = p.varlen ? 0 : p.max_seqlen_k;
+  launch_bwd_convert<Element, kDimQK>(p.dq_accum, p.total_q, p.heads_q, dense_q, p.dq, p.sdq, stream);
+  if (p.accumulate_dkv) {
+    launch_bwd_convert<Element, kDimQK>(p.dk_accum, p.total_k, p.heads_k, dense_k, p.dk, p.sdk, stream);
+    launch_bwd_convert<Element, kDimV>(p.dv_accum, p.total_k, p.heads_k, dense_k, p.dv, p.sdv, stream);
+  }
+}
+
+}  // namespace flashtrain::cuda::sm80

@@ -1,0 +1,75 @@
+// Shared helpers of the GoogleTest suite: the backends and dtypes present on this machine, and
+// assertion helpers around the DESIGN.md §4 case runner (src/reference/check.h).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "flashtrain/attention.h"
+#include "reference/check.h"
+
+namespace flashtrain::testing {
+
+// Backends under test: the CPU always, CUDA when built and a device is present.
+inline std::vector<Backend> backends_present() {
+  std::vector<Backend> b = {Backend::kCPU};
+  if (cuda_available()) b.push_back(Backend::kCUDA);
+  return b;
+}
+
+// One backend with one input dtype. fp32 runs on the CPU only (DESIGN.md §2).
+struct Target {
+  Backend backend;
+  DType dtype;
+};
+
+inline std::vector<Target> targets_present() {
+  std::vector<Target> t;
+  for (Backend b : backends_present()) {
+    t.push_back({b, DType::kFloat16});
+    t.push_back({b, DType::kBFloat16});
+    if (b == Backend::kCPU) t.push_back({b, DType::kFloat32});
+  }
+  return t;
+}
+
+// gtest prints the parameter in test listings (and ctest names): "cpu_bf16".
+inline void PrintTo(const Target& t, std::ostream* os) {
+  *os << backend_name(t.backend) << "_" << check::dtype_short_name(t.dtype);
+}
+
+inline std::string target_name(const ::testing::TestParamInfo<Target>& info) {
+  return std::string(backend_name(info.param.backend)) + "_" +
+         check::dtype_short_name(info.param.dtype);
+}
+inline std::string backend_param_name(const ::testing::TestParamInfo<Backend>& info) {
+  return backend_name(info.param);
+}
+
+// A dense spec with the given sizes; options default.
+inline check::CaseSpec dense_spec(const std::string& name, int64_t batch, int64_t sq, int64_t sk,
+                                  int64_t hq, int64_t hk, int64_t dqk, int64_t dv, DType dtype) {
+  check::CaseSpec s;
+  s.name = name;
+  s.batch = batch;
+  s.seqlen_q = sq;
+  s.seqlen_k = sk;
+  s.heads_q = hq;
+  s.heads_k = hk;
+  s.dim_qk = dqk;
+  s.dim_v = dv;
+  s.dtype = dtype;
+  return s;
+}
+
+// Runs the case on `backend` and asserts the §4 rule for every output, every element written
+// and nothing written outside the output views; the failure message carries all numbers.
+inline void expect_case_passes(const check::CaseSpec& spec, Backend backend) {
+  const check::CaseResult r = check::run_case(spec, backend);
+  EXPECT_TRUE(r.pass) << spec.name << " on " << backend_name(backend) << " "
+                      << check::dtype_short_name(spec.dtype) << ":\n" << r.describe();
+}
+
+}  // namespace flashtrain::testing
