@@ -8,7 +8,8 @@
 # Usage: scripts/gpu_check.sh OUTDIR [--quick]
 #   --quick   build head dims 64 and 128 for sm_90a only, and run the benchmark's --quick grid
 # Environment: FLASHTRAIN_CUDA_ARCHS (default "80;90a"), FLASHTRAIN_HDIMS (default all:
-#   "64;96;128;192;256"), BUILD_DIR (default build-gpu), JOBS (default nproc).
+#   "64;96;128;192;256"), BUILD_DIR (default build-gpu), JOBS (default nproc), STEP_TIMEOUT
+#   (seconds per step, default 900).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,7 +49,7 @@ step() {
   shift 2
   printf '==> %-22s (log: %s)\n' "$name" "$outdir/$log"
   local t0=$SECONDS
-  "$@" >"$outdir/$log" 2>&1
+  timeout "${STEP_TIMEOUT:-900}" "$@" >"$outdir/$log" 2>&1
   local rc=$?
   names+=("$name")
   seconds+=($((SECONDS - t0)))
@@ -95,6 +96,43 @@ step "build ($archs; $hdims)" build.log cmake --build "$build" -j "$jobs" && bui
 # ---- tests -----------------------------------------------------------------------------------
 if [[ $built == 1 ]]; then
   step "ctest" ctest.log ctest --test-dir "$build" --output-on-failure -j 4 --timeout 600
+  lib="$PWD/$build/python/flashtrain/libflashtrain_torch.so"
+  if [[ -n "$torch_dir" && -f "$lib" ]]; then
+    step "pytest (CUDA, transformers)" pytest.log env FLASHTRAIN_TORCH_LIBRARY="$lib" \
+      PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" $python -m pytest -q -p no:cacheprovider tests/python
+  else
+    skip "pytest" "torch or its extension build is not available"
+  fi
+  # The sm90 forward's own check (reference comparison on 21 cases) and throughput table.
+  if [[ "$archs" == *90a* ]] && nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
+       bench/sm90_fwd_check.cu "$build/libflashtrain.a" -Xcompiler -fopenmp -o "$build/sm90_fwd_check" \
+       >"$outdir/sm90_build.log" 2>&1; then
+    step "sm90 forward check" sm90_check.log "$build/sm90_fwd_check" --check
+    step "sm90 forward bench" sm90_bench.log "$build/sm90_fwd_check" --bench
+  else
+    skip "sm90 forward check" "sm_90a not built (see sm90_build.log)"
+  fi
+  step "sm80 forward (FLASHTRAIN_DISABLE_SM90=1)" tests_sm80_forward.log env FLASHTRAIN_DISABLE_SM90=1 \
+    "$build/flashtrain_tests" --gtest_filter='*cuda*:*Cuda*:*CUDA*'
+fi
+
+# ---- benchmark -------------------------------------------------------------------------------
+if [[ ! -f $bench ]]; then
+  skip "benchmark" "$bench does not exist"
+elif [[ -z "$torch_dir" ]]; then
+  skip "benchmark" "torch or its extension build is not available"
+elif [[ $built == 0 ]]; then
+  skip "benchmark" "build failed"
+else
+  bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md")
+  [[ $quick == 1 ]] && bench_args+=(--quick)
+  step "benchmark" bench.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
+    $python "$bench" "${bench_args[@]}"
+fi
+
+# ---- doctor and memcheck (after the benchmark: the slowest checks last) ------------------------
+if [[ $built == 1 ]]; then
   step "doctor --backend all" doctor.log "$build/flashtrain" doctor --backend all
   # Small CUDA cases under memcheck: out-of-bounds or misaligned accesses, uninitialised reads.
   if command -v compute-sanitizer >/dev/null 2>&1; then
@@ -113,21 +151,6 @@ else
   skip "ctest" "build failed"
   skip "doctor" "build failed"
   skip "memcheck" "build failed"
-fi
-
-# ---- benchmark -------------------------------------------------------------------------------
-if [[ ! -f $bench ]]; then
-  skip "benchmark" "$bench does not exist"
-elif [[ -z "$torch_dir" ]]; then
-  skip "benchmark" "torch or its extension build is not available"
-elif [[ $built == 0 ]]; then
-  skip "benchmark" "build failed"
-else
-  bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md")
-  [[ $quick == 1 ]] && bench_args+=(--quick)
-  step "benchmark" bench.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
-    FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
-    $python "$bench" "${bench_args[@]}"
 fi
 
 # ---- summary ---------------------------------------------------------------------------------
