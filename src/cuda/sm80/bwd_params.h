@@ -36,7 +36,6 @@ struct BwdParams {
 
   int batch, heads_q, heads_k, group;
   int heads_per_chunk, head_chunks;
-  int dim_qk, dim_v;
   int max_seqlen_q, max_seqlen_k;  // dense: Sq and Sk
   int total_q, total_k;            // rows of the global row space
   int m_blocks;
@@ -139,8 +138,6 @@ inline BwdParams make_bwd_params(const Problem& p, const BwdPlan& plan, void* wo
   r.group = static_cast<int>(p.group());
   r.head_chunks = plan.head_chunks;
   r.heads_per_chunk = r.group / plan.head_chunks;
-  r.dim_qk = static_cast<int>(p.dim_qk);
-  r.dim_v = static_cast<int>(p.dim_v);
   r.max_seqlen_q = static_cast<int>(p.max_seqlen_q);
   r.max_seqlen_k = static_cast<int>(p.max_seqlen_k);
   r.total_q = static_cast<int>(p.total_q);
