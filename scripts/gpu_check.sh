@@ -49,7 +49,7 @@ step() {
   shift 2
   printf '==> %-22s (log: %s)\n' "$name" "$outdir/$log"
   local t0=$SECONDS
-  timeout "${STEP_TIMEOUT:-900}" "$@" >"$outdir/$log" 2>&1
+  if declare -F "$1" >/dev/null; then "$@"; else timeout "${STEP_TIMEOUT:-900}" "$@"; fi >"$outdir/$log" 2>&1
   local rc=$?
   names+=("$name")
   seconds+=($((SECONDS - t0)))

@@ -130,7 +130,9 @@ void forward(const Problem& p) {
   static const bool sm90_disabled = std::getenv("FLASHTRAIN_DISABLE_SM90") != nullptr;
   static const bool debug = std::getenv("FLASHTRAIN_DEBUG") != nullptr;
   if (!sm90_disabled) {
-    const std::string why = sm90::refusal(p);
+    const std::string why = p.report != nullptr
+                                ? "sm90: telemetry (AttentionOptions::report) is filled by the sm80 path"
+                                : sm90::refusal(p);
     if (why.empty()) return sm90::run_fwd(p, stream);
     if (debug) std::fprintf(stderr, "flashtrain: forward on the sm80 path: %s\n", why.c_str());
   }

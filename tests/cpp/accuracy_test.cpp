@@ -84,6 +84,7 @@ TEST_P(Accuracy, GroupedQueryAttention) {
 }
 
 TEST_P(Accuracy, ValueDimDiffers) {
+  if (!on_cpu() && !cuda_head_dim_built(192)) GTEST_SKIP() << "head dim 192 is not in FLASHTRAIN_HDIMS";
   check(dense_spec("Dqk 192 / Dv 128", 1, 61, 93, 2, 1, 192, 128, dtype()));
   if (on_cpu()) check(dense_spec("Dqk 40 / Dv 24", 2, 53, 71, 4, 2, 40, 24, dtype()));
 }
