@@ -139,6 +139,23 @@ void forward(const Problem& p) {
   sm80::run_fwd(p, stream);
 }
 
+namespace {
+
+// Hopper runs the sm90 backward main kernel for what it supports (between the shared sm80
+// preprocess and postprocess, same workspace); everything else runs the sm80 path.
+void run_bwd_kernels(const Problem& p, void* workspace, cudaStream_t stream) {
+  static const bool sm90_disabled = std::getenv("FLASHTRAIN_DISABLE_SM90") != nullptr;
+  static const bool debug = std::getenv("FLASHTRAIN_DEBUG") != nullptr;
+  if (!sm90_disabled) {
+    const std::string why = sm90::bwd_refusal(p);
+    if (why.empty()) return sm90::run_bwd(p, workspace, stream);
+    if (debug) std::fprintf(stderr, "flashtrain: backward on the sm80 path: %s\n", why.c_str());
+  }
+  sm80::run_bwd(p, workspace, stream);
+}
+
+}  // namespace
+
 void backward(const Problem& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const std::size_t needed = sm80::bwd_workspace_size(p);
@@ -146,14 +163,14 @@ void backward(const Problem& p) {
   if (workspace != nullptr) {
     FT_CHECK(p.workspace_bytes >= needed, "cuda backward: workspace_bytes is ", p.workspace_bytes,
              " but this call needs ", needed, " (flashtrain::backward_workspace_size)");
-    sm80::run_bwd(p, workspace, stream);
+    run_bwd_kernels(p, workspace, stream);
     return;
   }
   if (needed > 0)
     FT_CUDA_CHECK(cudaMallocAsync(&workspace, needed, stream), "cuda backward: allocating ", needed,
                   " bytes of workspace");
   try {
-    sm80::run_bwd(p, workspace, stream);
+    run_bwd_kernels(p, workspace, stream);
   } catch (...) {
     if (workspace != nullptr) cudaFreeAsync(workspace, stream);
     throw;
