@@ -87,10 +87,11 @@ def zigzag_unshard(shards, dim=1):
 
 def zigzag_gather(x, dim=1, group=None):
     """all_gather of every rank's zig-zag shard x, reassembled into the full sequence."""
-    world_size = dist.get_world_size(group)
-    shards = [torch.empty_like(x) for _ in range(world_size)]
-    dist.all_gather(shards, x.contiguous(), group=group)
-    return zigzag_unshard(shards, dim=dim)
+    # Gathered as raw bytes: gloo's all_gather refuses bfloat16 (torch 1.13).
+    raw = x.contiguous().view(torch.uint8)
+    shards = [torch.empty_like(raw) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(shards, raw, group=group)
+    return zigzag_unshard([shard.view(x.dtype) for shard in shards], dim=dim)
 
 
 def zigzag_positions(seqlen, rank=None, world_size=None, group=None, device=None):
