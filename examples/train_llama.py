@@ -1,0 +1,608 @@
+#!/usr/bin/env python3
+"""Train a randomly initialised Llama (Llama-2-7B dimensions, fewer layers) with eager, torch SDPA
+or flashtrain attention, and report speed, memory and numerical stability.
+
+Nothing is downloaded: the model is built from a LlamaConfig written here (hidden 4096, 32 heads,
+intermediate 11008, vocab 32000, --layers of them; --kv-heads for GQA), and the data is a
+deterministic synthetic token stream made from --data-seed (see TokenStream), the same for every
+attention, dtype and sequence length.
+
+Precision (what a user of the Hugging Face Trainer or Lightning gets with bf16/fp16 "mixed"):
+fp32 master weights, AdamW state and gradients; the forward and backward run under torch.autocast
+in --dtype. fp16 adds a torch GradScaler (dynamic loss scaling; its first steps may overflow and
+be skipped while it finds the scale, which is counted as non-finite steps). --pure-bf16 instead keeps
+weights, gradients and optimizer state in bf16 (no autocast): less memory, slightly faster, less
+accurate. A step with a non-finite loss or gradient norm is counted and its update is skipped.
+
+Each optimizer step consumes --tokens-per-step tokens (at least one sequence): micro-batches of
+--micro-batch sequences (default: the whole step in one micro-batch) with gradient accumulation.
+Gradients are clipped to norm 1.0; AdamW (fused on CUDA) with linear warm-up and cosine decay.
+
+Logged per step: loss, gradient norm, tokens/s, MFU, peak memory, non-finite steps. MFU counts
+model FLOPs only (no activation-checkpointing recompute): 6 * (parameters of every matmul,
+lm_head included, embedding lookup excluded) per token, plus causal attention 6 * layers * S *
+heads * head_dim per token (the 12*L*S*d of PaLM's appendix halved for the causal mask), against
+the H200 SXM dense bf16/fp16 peak of 989 TFLOP/s (--peak-tflops to change it).
+
+Examples:
+    python examples/train_llama.py --attn flashtrain --seq 8192 --steps 20
+    python examples/train_llama.py --attn sdpa --dtype fp16 --checkpoint full --seq 4096
+    python examples/train_llama.py --attn flashtrain --seq 2048,4096,8192 --json out.json
+    python examples/train_llama.py --tiny --device cpu --steps 2 --attn sdpa   # smoke test
+
+With --seq given a list, the sequence lengths run one after another in this process (a fresh model
+and optimizer each); after an out-of-memory result the longer ones are reported as "oom-skipped".
+Out of memory is a result ("status": "oom"), not a crash; the exit status is 0 unless a run failed
+with another error (1).
+
+flashtrain: the extension must be loadable (`pip install .`, or FLASHTRAIN_TORCH_LIBRARY=<built
+libflashtrain_torch.so> with PYTHONPATH=python); this script adds the checkout's python/ to the path.
+"""
+import argparse
+import contextlib
+import gc
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+H200_DENSE_PEAK_TFLOPS = 989.0  # H200 SXM, bf16/fp16 dense tensor-core peak
+LLAMA2_7B = dict(hidden=4096, heads=32, intermediate=11008, vocab=32000)
+TINY = dict(hidden=256, heads=4, intermediate=512, vocab=512, layers=2, seq="128",
+            tokens_per_step=512)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _seq_list(text):
+    try:
+        seqs = [int(s.strip().lower().replace("k", "")) * (1024 if s.strip().lower().endswith("k")
+                                                          else 1) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError("--seq takes integers like 2048 or 2k, comma-separated")
+    if not seqs or min(seqs) < 2:
+        raise argparse.ArgumentTypeError("--seq needs lengths >= 2")
+    return seqs
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="See the module docstring (head of this file) for precision, data and MFU details.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    m = p.add_argument_group("model (Llama-2-7B dimensions unless overridden)")
+    m.add_argument("--layers", type=int, default=None, help="decoder layers (default 4; 2 with --tiny)")
+    m.add_argument("--hidden", type=int, default=None, help="hidden size (default 4096)")
+    m.add_argument("--heads", type=int, default=None, help="query heads (default 32)")
+    m.add_argument("--kv-heads", type=int, default=None, help="key/value heads (GQA); default = --heads")
+    m.add_argument("--intermediate", type=int, default=None, help="MLP size (default 11008)")
+    m.add_argument("--vocab", type=int, default=None, help="vocabulary size (default 32000)")
+    m.add_argument("--tiny", action="store_true",
+                   help="tiny dims for a CPU smoke test: hidden 256, 4 heads (head dim 64), "
+                        "intermediate 512, vocab 512, 2 layers, seq 128, 512 tokens/step "
+                        "(explicit flags still override)")
+    t = p.add_argument_group("training")
+    t.add_argument("--attn", choices=["eager", "sdpa", "flashtrain"], default="flashtrain")
+    t.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
+                   help="autocast dtype (fp32 master weights); fp16 adds a GradScaler; fp32 = no autocast")
+    t.add_argument("--pure-bf16", action="store_true",
+                   help="with --dtype bf16: bf16 weights, grads and AdamW state, no autocast")
+    t.add_argument("--seq", type=_seq_list, default=None,
+                   help="sequence length, or a comma-separated list run one after another (default 2048)")
+    t.add_argument("--tokens-per-step", type=int, default=None,
+                   help="tokens per optimizer step, reached by gradient accumulation (default 16384)")
+    t.add_argument("--micro-batch", type=int, default=None,
+                   help="sequences per forward/backward (default: tokens-per-step // seq, at least 1)")
+    t.add_argument("--steps", type=int, default=10, help="optimizer steps")
+    t.add_argument("--warmup-steps", type=int, default=None,
+                   help="first steps left out of the tokens/s and MFU summary (default min(2, steps-1))")
+    t.add_argument("--checkpoint", choices=["none", "full", "flashtrain-policy"], default="none",
+                   help="activation checkpointing of every decoder layer: full recompute, or "
+                        "flashtrain.checkpoint.policy() (save attention outputs, recompute the rest; "
+                        "needs --attn flashtrain and torch >= 2.4)")
+    t.add_argument("--lr", type=float, default=3e-4)
+    t.add_argument("--lr-warmup-steps", type=int, default=None,
+                   help="linear learning-rate warm-up (default: 10%% of --steps, at most 100)")
+    t.add_argument("--weight-decay", type=float, default=0.1)
+    t.add_argument("--clip", type=float, default=1.0, help="gradient-norm clipping")
+    t.add_argument("--seed", type=int, default=0, help="model initialisation seed")
+    t.add_argument("--data-seed", type=int, default=1234, help="synthetic token stream seed")
+    t.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", metavar="PATH", help="write the summary JSON here ('-' for stdout)")
+    o.add_argument("--jsonl", metavar="PATH",
+                   help="append one JSON line per sequence length as soon as it finishes")
+    o.add_argument("--log-every", type=int, default=1, help="print a log line every N steps (0: none)")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--max-seconds", type=float, default=None,
+                   help="stop a run's training loop after this long (result marked stopped_early)")
+    o.add_argument("--deadline", type=float, default=None,
+                   help="absolute time.time(): sequence lengths not started by then are "
+                        "'skipped-budget', a running one stops early")
+    o.add_argument("--peak-tflops", type=float, default=H200_DENSE_PEAK_TFLOPS,
+                   help="peak for MFU (H200 SXM dense bf16/fp16)")
+    args = p.parse_args(argv)
+
+    tiny = TINY if args.tiny else {}
+    for name, default in dict(LLAMA2_7B, layers=4).items():
+        if getattr(args, name) is None:
+            setattr(args, name, tiny.get(name, default))
+    if args.seq is None:
+        args.seq = _seq_list(tiny.get("seq", "2048"))
+    if args.tokens_per_step is None:
+        args.tokens_per_step = tiny.get("tokens_per_step", 16384)
+    if args.kv_heads is None:
+        args.kv_heads = args.heads
+    if args.hidden % args.heads or args.heads % args.kv_heads:
+        p.error("--hidden must be a multiple of --heads, and --heads of --kv-heads")
+    if args.checkpoint == "flashtrain-policy" and args.attn != "flashtrain":
+        p.error("--checkpoint flashtrain-policy saves flashtrain attention outputs; with --attn %s "
+                "it would be full checkpointing (use --checkpoint full)" % args.attn)
+    if args.pure_bf16 and args.dtype != "bf16":
+        p.error("--pure-bf16 needs --dtype bf16")
+    if args.steps < 1:
+        p.error("--steps must be >= 1")
+    if args.warmup_steps is None:
+        args.warmup_steps = min(2, args.steps - 1)
+    args.warmup_steps = max(0, min(args.warmup_steps, args.steps - 1))
+    if args.lr_warmup_steps is None:
+        args.lr_warmup_steps = min(100, max(1, args.steps // 10))
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+
+
+class TokenStream:
+    """A deterministic, learnable synthetic token stream (no network, no tokenizer).
+
+    Text-like structure at two ranges, so the loss falls from ln(vocab) and attention matters:
+    - words: a fixed lexicon of 8192 random token strings (1-6 tokens, drawn from the whole
+      vocabulary), sampled with a Zipf law; within a word the next token is determined;
+    - documents of 1024 tokens made of 128-token blocks, each block after the first a copy of an
+      earlier block of the same document with probability 0.3 (induction / copying).
+    The stream is consumed in order, so step k sees the same tokens whatever the sequence length,
+    attention or dtype; rows of a micro-batch are consecutive windows of it.
+    """
+
+    WORDS, DOC, BLOCK, COPY_P = 8192, 1024, 128, 0.3
+
+    def __init__(self, vocab, seed):
+        import torch
+        self.torch = torch
+        self.gen = torch.Generator().manual_seed(seed)
+        g = self.gen
+        self.lengths = torch.randint(1, 7, (self.WORDS,), generator=g)
+        self.starts = torch.cumsum(self.lengths, 0) - self.lengths
+        self.lexicon = torch.randint(0, vocab, (int(self.lengths.sum()),), generator=g)
+        self.weights = 1.0 / torch.arange(1, self.WORDS + 1, dtype=torch.float64) ** 1.1
+        self.buffer = torch.empty(0, dtype=torch.long)
+
+    def _document_batch(self, docs):
+        torch, g = self.torch, self.gen
+        need = docs * self.DOC
+        words = torch.multinomial(self.weights, need, replacement=True, generator=g)
+        lens = self.lengths[words]
+        firsts = torch.repeat_interleave(self.starts[words], lens)
+        offsets = torch.arange(int(lens.sum())) - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
+        stream = self.lexicon[firsts + offsets][:need].view(docs, self.DOC // self.BLOCK, self.BLOCK)
+        for b in range(1, self.DOC // self.BLOCK):
+            copy = torch.rand(docs, generator=g) < self.COPY_P
+            src = (torch.rand(docs, generator=g) * b).long()
+            rows = torch.nonzero(copy).flatten()
+            stream[rows, b] = stream[rows, src[rows]]
+        return stream.reshape(-1)
+
+    def take(self, rows, seq):
+        n = rows * seq
+        if self.buffer.numel() < n:
+            docs = (n - self.buffer.numel()) // self.DOC + 1
+            self.buffer = self.torch.cat([self.buffer, self._document_batch(docs)])
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out.view(rows, seq)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model, attention, FLOPs
+
+
+def _flashtrain_autocast_shim(attention_forward):
+    """flashtrain's transformers attention takes q, k, v as they come. Under torch.autocast with
+    fp32 weights Llama's RoPE promotes q and k to fp32 while v is in the autocast dtype, and
+    flashtrain rejects the mix (transformers' own flash-attention path casts to the autocast
+    dtype first). Cast the same way here; it is a no-op when the dtypes already match."""
+
+    def forward(module, query, key, value, *args, **kwargs):
+        device = query.device.type
+        if _autocast_enabled(device):
+            dtype = _autocast_dtype(device)
+            query, key, value = (t.to(dtype) for t in (query, key, value))
+        return attention_forward(module, query, key, value, *args, **kwargs)
+
+    forward.__doc__ = attention_forward.__doc__
+    forward.__wrapped__ = attention_forward
+    return forward
+
+
+def _autocast_enabled(device):
+    import torch
+    try:
+        return torch.is_autocast_enabled(device)
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_cpu_enabled() if device == "cpu" else torch.is_autocast_enabled()
+
+
+def _autocast_dtype(device):
+    import torch
+    if hasattr(torch, "get_autocast_dtype"):
+        return torch.get_autocast_dtype(device)
+    return torch.get_autocast_cpu_dtype() if device == "cpu" else torch.get_autocast_gpu_dtype()
+
+
+def setup_attention(attn):
+    """The attn_implementation name for transformers; registers flashtrain when asked."""
+    if attn != "flashtrain":
+        return attn
+    python_dir = os.path.join(REPO, "python")
+    if os.path.isdir(os.path.join(python_dir, "flashtrain")) and python_dir not in sys.path:
+        sys.path.insert(0, python_dir)
+    import flashtrain.integrations.transformers as ft_hf
+    from transformers import AttentionInterface
+
+    name = ft_hf.register()
+    AttentionInterface.register(name, _flashtrain_autocast_shim(ft_hf.attention_forward))
+    return name
+
+
+def llama_config(args, seq):
+    from transformers import LlamaConfig
+    return LlamaConfig(
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.intermediate,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads, max_position_embeddings=max(4096, seq),
+        rms_norm_eps=1e-5, rope_theta=10000.0, attention_dropout=0.0, tie_word_embeddings=False,
+        use_cache=False)
+
+
+def matmul_params(args):
+    head_dim = args.hidden // args.heads
+    q_o = 2 * args.hidden * args.heads * head_dim
+    k_v = 2 * args.hidden * args.kv_heads * head_dim
+    mlp = 3 * args.hidden * args.intermediate
+    return args.layers * (q_o + k_v + mlp) + args.hidden * args.vocab  # + lm_head
+
+
+def flops_per_token(args, seq):
+    """Model FLOPs per trained token: 6 * matmul parameters + causal attention 6 * L * S * H * D."""
+    return 6 * matmul_params(args) + 6 * args.layers * seq * args.hidden
+
+
+def build_model(args, impl, seq, device, torch):
+    from transformers import LlamaForCausalLM
+    config = llama_config(args, seq)
+    torch.manual_seed(args.seed)
+    ctx = torch.device(device) if hasattr(torch.device(device), "__enter__") else contextlib.nullcontext()
+    with ctx:
+        model = LlamaForCausalLM._from_config(config, attn_implementation=impl)
+    model.to(device)
+    if args.pure_bf16:
+        model.to(torch.bfloat16)
+    if args.checkpoint != "none":
+        kwargs = {"use_reentrant": False}
+        if args.checkpoint == "flashtrain-policy":
+            import flashtrain.checkpoint
+            kwargs["context_fn"] = flashtrain.checkpoint.policy()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.train()
+    return model
+
+
+def make_optimizer(model, args, device, torch):
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": args.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    kwargs = dict(lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
+    if device == "cuda":
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kwargs), "fused"
+        except (TypeError, RuntimeError):
+            pass
+    return torch.optim.AdamW(groups, **kwargs), "default"
+
+
+def make_scaler(args, device, torch):
+    if args.dtype != "fp16":
+        return None
+    try:
+        return torch.amp.GradScaler(device)
+    except (AttributeError, TypeError, RuntimeError):
+        if device == "cuda":
+            return torch.cuda.amp.GradScaler()
+        print("train_llama: no GradScaler for %s in torch %s; fp16 runs unscaled"
+              % (device, torch.__version__), file=sys.stderr)
+        return None
+
+
+def lr_at(step, args):
+    if step < args.lr_warmup_steps:
+        return args.lr * (step + 1) / args.lr_warmup_steps
+    progress = (step - args.lr_warmup_steps) / max(1, args.steps - args.lr_warmup_steps)
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+# ----------------------------------------------------------------------------------------------
+# Progress and environment
+
+
+class _SimpleBar:
+    def __init__(self, total, desc):
+        self.total, self.desc, self.n, self.tty = total, desc, 0, sys.stderr.isatty()
+        self.postfix = ""
+
+    def update(self, n=1):
+        self.n += n
+        if self.tty:
+            filled = int(30 * self.n / max(1, self.total))
+            sys.stderr.write("\r%s [%s%s] %d/%d %s" % (self.desc, "#" * filled, "." * (30 - filled),
+                                                       self.n, self.total, self.postfix))
+            sys.stderr.flush()
+
+    def set_postfix_str(self, text):
+        self.postfix = text
+
+    def write(self, text):
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+        print(text, flush=True)
+
+    def close(self):
+        if self.tty:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def progress_bar(total, desc, disable):
+    if disable:
+        return None
+    try:
+        from tqdm import tqdm
+        return tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False, file=sys.stderr,
+                    disable=None)  # None: off when stderr is not a terminal
+    except ImportError:
+        return _SimpleBar(total, desc)
+
+
+def environment(torch, device):
+    env = {"python": platform.python_version(), "torch": torch.__version__, "device": device,
+           "hostname": platform.node()}
+    try:
+        import transformers
+        env["transformers"] = transformers.__version__
+    except ImportError:
+        env["transformers"] = None
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
+        env["gpu_memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2 ** 30, 1)
+        env["cuda"] = torch.version.cuda
+    env["flashtrain_library"] = os.environ.get("FLASHTRAIN_TORCH_LIBRARY")
+    return env
+
+
+def _is_oom(exc, torch):
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def _gib(nbytes):
+    return None if nbytes is None else round(nbytes / 2 ** 30, 3)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+
+
+def train_one(args, seq, impl, device, torch, log):
+    """One run at sequence length `seq`; returns its result dict (status ok/oom/error/...)."""
+    micro = args.micro_batch or max(1, args.tokens_per_step // seq)
+    accum = max(1, -(-args.tokens_per_step // (micro * seq)))
+    tokens_per_step = micro * seq * accum
+    fpt = flops_per_token(args, seq)
+    result = {
+        "attn": args.attn, "dtype": args.dtype + ("-pure" if args.pure_bf16 else ""),
+        "checkpoint": args.checkpoint, "seq": seq, "layers": args.layers, "hidden": args.hidden,
+        "heads": args.heads, "kv_heads": args.kv_heads, "intermediate": args.intermediate,
+        "vocab": args.vocab, "micro_batch": micro, "grad_accum": accum,
+        "tokens_per_step": tokens_per_step, "flops_per_token": fpt,
+        "peak_tflops": args.peak_tflops, "status": "running", "steps": [],
+        "nonfinite_steps": 0, "nonfinite_loss_steps": 0, "nonfinite_grad_steps": 0,
+    }
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    model = optimizer = scaler = None
+    t_start = time.time()
+    bar = None
+    try:
+        model = build_model(args, impl, seq, device, torch)
+        result["parameters"] = sum(p.numel() for p in model.parameters())
+        result["matmul_parameters"] = matmul_params(args)
+        optimizer, result["optimizer"] = make_optimizer(model, args, device, torch)
+        scaler = make_scaler(args, device, torch)
+        params = [p for p in model.parameters() if p.requires_grad]
+        stream = TokenStream(args.vocab, args.data_seed)
+        use_autocast = args.dtype in ("bf16", "fp16") and not args.pure_bf16
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype)
+        autocast = (lambda: torch.autocast(device, dtype=amp_dtype)) if use_autocast \
+            else contextlib.nullcontext
+        bar = progress_bar(args.steps, "%s %s S=%d" % (args.attn, args.dtype, seq), args.no_progress)
+        say = bar.write if bar is not None and hasattr(bar, "write") else log
+        say("train_llama: %s attention, %s%s, checkpoint %s, S=%d, %d layers, %.2fB parameters, "
+            "%d x %d tokens x %d accumulation = %d tokens/step, %.2f GFLOP/token"
+            % (args.attn, args.dtype, " (pure)" if args.pure_bf16 else " autocast" if use_autocast
+               else "", args.checkpoint, seq, args.layers, result["parameters"] / 1e9, micro, seq,
+               accum, tokens_per_step, fpt / 1e9))
+        loop_start = time.time()
+        for step in range(args.steps):
+            if step > 0 and ((args.max_seconds is not None and time.time() - loop_start > args.max_seconds)
+                             or (args.deadline is not None and time.time() > args.deadline)):
+                result["stopped_early"] = True
+                say("train_llama: stopping after %d steps (time limit)" % step)
+                break
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, args)
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss_sum = torch.zeros((), device=device, dtype=torch.float32)
+            for _ in range(accum):
+                ids = stream.take(micro, seq).to(device, non_blocking=True)
+                with autocast():
+                    out = model(input_ids=ids, labels=ids, use_cache=False)
+                loss = out.loss.float() / accum
+                del out
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                loss_sum += loss.detach()
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.clip)
+            finite_grad = bool(torch.isfinite(grad_norm))
+            if scaler is not None:
+                scale = scaler.get_scale()
+                scaler.step(optimizer)  # skips the update itself when a gradient is inf/nan
+                scaler.update()
+            elif finite_grad:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_value = float(loss_sum)
+            if cuda:
+                torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            finite_loss = math.isfinite(loss_value)
+            result["nonfinite_loss_steps"] += not finite_loss
+            result["nonfinite_grad_steps"] += not finite_grad
+            result["nonfinite_steps"] += not (finite_loss and finite_grad)
+            tps = tokens_per_step / dt
+            rec = {"step": step, "loss": loss_value if finite_loss else str(loss_value),
+                   "grad_norm": float(grad_norm) if finite_grad else str(float(grad_norm)),
+                   "lr": lr_at(step, args), "time_s": round(dt, 4), "tokens_per_s": round(tps, 1),
+                   "mfu": round(fpt * tps / (args.peak_tflops * 1e12), 4)}
+            if scaler is not None:
+                rec["loss_scale"] = scale
+            if cuda:
+                rec["peak_mem_gib"] = _gib(torch.cuda.max_memory_allocated())
+            result["steps"].append(rec)
+            line = "step %d/%d loss %.4f gnorm %.3g %.0f tok/s MFU %.1f%%%s nonfinite %d" % (
+                step + 1, args.steps, loss_value, float(grad_norm), tps, 100 * rec["mfu"],
+                " mem %.1f GiB" % rec["peak_mem_gib"] if cuda else "", result["nonfinite_steps"])
+            if bar is not None:
+                bar.set_postfix_str("loss %.3f %.0f tok/s" % (loss_value, tps))
+                bar.update(1)
+            if args.log_every and ((step + 1) % args.log_every == 0 or step + 1 == args.steps):
+                say(line)
+        result["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a result
+        if _is_oom(exc, torch):
+            result["status"] = "oom"
+            result["error"] = str(exc).split("\n")[0][:400]
+        else:
+            import traceback
+            result["status"] = "error"
+            result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:2000])
+            result["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        if bar is not None:
+            bar.close()
+    result["wall_s"] = round(time.time() - t_start, 2)
+    if cuda:
+        result["peak_mem_gib"] = _gib(torch.cuda.max_memory_allocated())
+        result["peak_reserved_gib"] = _gib(torch.cuda.max_memory_reserved())
+    del model, optimizer, scaler
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    _summarise(result, args)
+    return result
+
+
+def _summarise(result, args):
+    steps = result["steps"]
+    measured = steps[args.warmup_steps:] if len(steps) > args.warmup_steps else steps[-1:]
+    result["measured_steps"] = len(measured)
+    if measured:
+        t = sum(s["time_s"] for s in measured)
+        tps = result["tokens_per_step"] * len(measured) / t
+        result["tokens_per_s"] = round(tps, 1)
+        result["mfu"] = round(result["flops_per_token"] * tps / (args.peak_tflops * 1e12), 4)
+        result["step_time_s"] = round(t / len(measured), 4)
+    finite = [s["loss"] for s in steps if isinstance(s["loss"], float)]
+    result["final_loss"] = finite[-1] if finite else None
+    result["first_loss"] = finite[0] if finite else None
+
+
+def _skipped(args, seq, status, why):
+    return {"attn": args.attn, "dtype": args.dtype + ("-pure" if args.pure_bf16 else ""),
+            "checkpoint": args.checkpoint, "seq": seq, "layers": args.layers, "status": status,
+            "error": why, "steps": []}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def log(text):
+        print(text, flush=True)
+
+    env = environment(torch, device)
+    results = []
+    out_of_memory_at = None
+
+    def emit(res):
+        res["environment"] = env
+        results.append(res)
+        if args.jsonl:
+            with open(args.jsonl, "a") as f:
+                f.write(json.dumps(res) + "\n")
+        log("train_llama: RESULT %s" % json.dumps({k: res.get(k) for k in (
+            "attn", "dtype", "checkpoint", "seq", "status", "tokens_per_s", "mfu", "peak_mem_gib",
+            "nonfinite_steps", "final_loss", "error")}))
+
+    try:
+        impl = setup_attention(args.attn)
+    except Exception as exc:  # noqa: BLE001
+        for seq in args.seq:
+            emit(_skipped(args, seq, "error", "attention %s unavailable: %s: %s"
+                          % (args.attn, type(exc).__name__, exc)))
+        impl = None
+    if impl is not None:
+        for seq in args.seq:
+            if out_of_memory_at is not None:
+                emit(_skipped(args, seq, "oom-skipped", "out of memory at S=%d" % out_of_memory_at))
+                continue
+            if args.deadline is not None and time.time() > args.deadline:
+                emit(_skipped(args, seq, "skipped-budget", "deadline passed before this run"))
+                continue
+            res = train_one(args, seq, impl, device, torch, log)
+            if res["status"] == "oom":
+                out_of_memory_at = seq
+            emit(res)
+    summary = {"environment": env, "args": vars(args), "results": results}
+    if args.json:
+        text = json.dumps(summary, indent=1)
+        if args.json == "-":
+            print(text, flush=True)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return 1 if any(r["status"] == "error" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
