@@ -63,6 +63,22 @@ std::tuple<at::Tensor, at::Tensor> forward_kernel(
                     alibi_slopes, rng_state, scope.context());
 }
 
+// backend_op on the tensors' device: the CUDA scope makes q's device current, as for fwd, so
+// the answer is the one fwd would give (the CUDA backend refuses tensors off the current device).
+template <typename DeviceScope>
+std::string backend_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const c10::optional<at::Tensor>& cu_seqlens_q,
+                           const c10::optional<at::Tensor>& cu_seqlens_k, int64_t max_seqlen_q,
+                           int64_t max_seqlen_k, double dropout_p,
+                           c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
+                           int64_t window_left, int64_t window_right, double softcap,
+                           const c10::optional<at::Tensor>& alibi_slopes) {
+  const DeviceScope scope(q);
+  return backend_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                    softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
+                    alibi_slopes);
+}
+
 template <typename DeviceScope>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_kernel(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

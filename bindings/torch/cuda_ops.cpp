@@ -32,4 +32,5 @@ TORCH_LIBRARY_IMPL(flashtrain, CUDA, m) {
   using namespace flashtrain::torch_binding;
   m.impl("fwd", &forward_kernel<CudaScope>);
   m.impl("bwd", &backward_kernel<CudaScope>);
+  m.impl("backend", &backend_kernel<CudaScope>);
 }

@@ -24,16 +24,28 @@ struct HostScope {
 #define FLASHTRAIN_OP_TAGS
 #endif
 
+// Every operator is defined without a kernel and implemented per dispatch key: CPU here, CUDA in
+// cuda_ops.cpp (under a device guard on q's device and torch's current stream).
 TORCH_LIBRARY(flashtrain, m) {
   using namespace flashtrain::torch_binding;
   m.def(kForwardSchema FLASHTRAIN_OP_TAGS);
   m.def(kBackwardSchema FLASHTRAIN_OP_TAGS);
-  // Device-independent (it only validates and chooses), so one catch-all kernel serves.
-  m.def(kBackendSchema, &backend_op);
+  m.def(kBackendSchema);
 }
 
 TORCH_LIBRARY_IMPL(flashtrain, CPU, m) {
   using namespace flashtrain::torch_binding;
   m.impl("fwd", &forward_kernel<HostScope>);
   m.impl("bwd", &backward_kernel<HostScope>);
+  m.impl("backend", &backend_kernel<HostScope>);
+}
+
+// backend only reads metadata and answers with a string. On devices without a kernel of their own
+// (no CUDA ops in this build, meta, mps, ...) it still runs, so the caller gets the library's
+// reasons ("q is on device mps; flashtrain runs on cpu and cuda") instead of the dispatcher's
+// "no kernel" error. This replaces the former catch-all (CompositeImplicitAutograd) kernel, which
+// also served CUDA tensors without a device guard.
+TORCH_LIBRARY_IMPL(flashtrain, CompositeExplicitAutograd, m) {
+  using namespace flashtrain::torch_binding;
+  m.impl("backend", &backend_op);
 }
