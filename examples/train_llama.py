@@ -52,6 +52,8 @@ H200_DENSE_PEAK_TFLOPS = 989.0  # H200 SXM, bf16/fp16 dense tensor-core peak
 LLAMA2_7B = dict(hidden=4096, heads=32, intermediate=11008, vocab=32000)
 TINY = dict(hidden=256, heads=4, intermediate=512, vocab=512, layers=2, seq="128",
             tokens_per_step=512)
+# A run is not started when less than this remains before --deadline (model build + a few steps).
+DEADLINE_MARGIN_S = 8.0
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -118,8 +120,8 @@ def parse_args(argv=None):
     o.add_argument("--max-seconds", type=float, default=None,
                    help="stop a run's training loop after this long (result marked stopped_early)")
     o.add_argument("--deadline", type=float, default=None,
-                   help="absolute time.time(): sequence lengths not started by then are "
-                        "'skipped-budget', a running one stops early")
+                   help="absolute time.time(): sequence lengths not started %d s before it are "
+                        "'skipped-budget', a running one stops early" % DEADLINE_MARGIN_S)
     o.add_argument("--peak-tflops", type=float, default=H200_DENSE_PEAK_TFLOPS,
                    help="peak for MFU (H200 SXM dense bf16/fp16)")
     args = p.parse_args(argv)
@@ -586,8 +588,8 @@ def main(argv=None):
             if out_of_memory_at is not None:
                 emit(_skipped(args, seq, "oom-skipped", "out of memory at S=%d" % out_of_memory_at))
                 continue
-            if args.deadline is not None and time.time() > args.deadline:
-                emit(_skipped(args, seq, "skipped-budget", "deadline passed before this run"))
+            if args.deadline is not None and time.time() > args.deadline - DEADLINE_MARGIN_S:
+                emit(_skipped(args, seq, "skipped-budget", "too close to --deadline to start"))
                 continue
             res = train_one(args, seq, impl, device, torch, log)
             if res["status"] == "oom":

@@ -1,0 +1,109 @@
+"""Smoke tests of examples/train_llama.py and bench/e2e/run_e2e.py on CPU: tiny Llama dimensions,
+2 training steps, in this process (so transformers is imported once). Training runs are skipped
+with the reason where transformers, the attention implementation or the flashtrain extension is
+missing (CI has Debian's torch 1.13 and no transformers); --help and the report writer always run."""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(REPO, "examples", "train_llama.py")
+RUNNER = os.path.join(REPO, "bench", "e2e", "run_e2e.py")
+TINY_VOCAB = 512  # train_llama's --tiny vocabulary: the first loss is near ln(512)
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _torch_at_least(major, minor):
+    parts = torch.__version__.split("+")[0].split(".")
+    return (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)) >= (major, minor)
+
+
+def _skip_unless_available(attn):
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    if attn == "sdpa" and not _torch_at_least(2, 1):
+        pytest.skip("transformers' sdpa attention needs torch >= 2.1.1; this is torch %s"
+                    % torch.__version__)
+    if attn == "flashtrain":
+        if not hasattr(transformers, "AttentionInterface"):
+            pytest.skip("transformers %s has no AttentionInterface (flashtrain's integration needs "
+                        ">= 4.48)" % transformers.__version__)
+        try:
+            import flashtrain  # noqa: F401  (loads the compiled extension)
+        except ImportError as exc:
+            pytest.skip("the flashtrain extension is not importable: %s" % exc)
+
+
+_RUNS = {}
+
+
+def _train(tmp_path_factory, attn):
+    """train_llama.main() for 2 steps with `attn`, once per attention for the whole module."""
+    if attn not in _RUNS:
+        train_llama = _load(TRAIN, "train_llama_under_test")
+        out = tmp_path_factory.mktemp("train_llama") / "result.json"
+        argv = ["--tiny", "--device", "cpu", "--steps", "2", "--seq", "64", "--tokens-per-step",
+                "128", "--kv-heads", "2", "--attn", attn, "--no-progress", "--json", str(out)]
+        assert train_llama.main(argv) == 0
+        _RUNS[attn] = json.loads(out.read_text())["results"]
+    return _RUNS[attn]
+
+
+def test_train_llama_help_runs_without_transformers():
+    out = subprocess.run([sys.executable, TRAIN, "--help"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+    assert out.returncode == 0, out.stdout
+    for flag in ("--attn", "--dtype", "--checkpoint", "--tokens-per-step", "--kv-heads", "--tiny"):
+        assert flag in out.stdout
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "flashtrain"])
+def test_train_llama_two_steps(tmp_path_factory, attn):
+    _skip_unless_available(attn)
+    (result,) = _train(tmp_path_factory, attn)
+    assert result["status"] == "ok", result.get("error")
+    assert len(result["steps"]) == 2 and result["nonfinite_steps"] == 0
+    first = result["steps"][0]["loss"]
+    assert isinstance(first, float) and abs(first - math.log(TINY_VOCAB)) < 0.5, first
+    assert result["tokens_per_step"] == 128 and result["tokens_per_s"] > 0
+    assert result["flops_per_token"] > 6 * result["matmul_parameters"]
+
+
+def test_flashtrain_loss_matches_sdpa(tmp_path_factory):
+    """Same initialisation and data: the losses agree (bf16 autocast rounding)."""
+    _skip_unless_available("sdpa")
+    _skip_unless_available("flashtrain")
+    (sdpa,) = _train(tmp_path_factory, "sdpa")
+    (ft,) = _train(tmp_path_factory, "flashtrain")
+    for a, b in zip(sdpa["steps"], ft["steps"]):
+        assert abs(a["loss"] - b["loss"]) < 0.02, (a, b)
+
+
+def test_runner_report_from_json(tmp_path):
+    """run_e2e.py --report-only turns result JSON into the markdown table (no torch in it)."""
+    ok = lambda attn, seq, tps, mem: {"attn": attn, "dtype": "bf16", "checkpoint": "none", "seq": seq,
+                                       "status": "ok", "tokens_per_s": tps, "mfu": 0.4,
+                                       "peak_mem_gib": mem, "steps": [{"loss": 10.0}],
+                                       "nonfinite_steps": 0}
+    results = [ok("sdpa", 2048, 80000.0, 30.0), ok("flashtrain", 2048, 88000.0, 27.0),
+               {"attn": "eager", "dtype": "bf16", "checkpoint": "none", "seq": 2048, "status": "oom",
+                "steps": []}]
+    (tmp_path / "sweep.json").write_text(json.dumps({"settings": {}, "results": results}))
+    out = subprocess.run([sys.executable, RUNNER, "--report-only", "--out-dir", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert "| 2k | OOM | 80.0k (40%) | 88.0k (40%) |" in table, table
+    assert "1.10x" in table and "0.90x" in table, table
