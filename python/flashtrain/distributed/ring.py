@@ -165,8 +165,9 @@ def _contiguous(t):
 
 
 def _block_plan(step, rank, world_size, causal, half_q, half_k):
-    """(q rows, k rows, causal) for the block of K/V that came from rank (rank - step) mod N:
-    slices of the local q and of the K/V block, or None when the block is not attended to."""
+    """(q rows, k rows, causal) for the K/V block that came from rank (rank - step) mod N:
+    the slices of the local q and of the block that attend to each other, and whether the
+    causal mask applies inside them (only for the rank's own block)."""
     everything = slice(None)
     if not causal:
         return everything, everything, False
@@ -200,12 +201,8 @@ def _check_inputs(q, k, v, causal, world_size):
 def _ring_forward(q, k, v, causal, softmax_scale, group):
     ring = _Ring(group)
     rank, world_size = ring.rank, ring.world_size
-    batch, seqlen_q, heads_q, _ = q.shape
-    half_q, half_k = seqlen_q // 2, k.shape[1] // 2
-    out = torch.zeros(batch, seqlen_q, heads_q, v.shape[-1], dtype=torch.float32,
-                      device=q.device)
-    lse = torch.full((batch, heads_q, seqlen_q), float("-inf"), dtype=torch.float32,
-                     device=q.device)
+    half_q, half_k = q.shape[1] // 2, k.shape[1] // 2
+    out = lse = None  # fp32 accumulators; step 0 covers every row
     kv = [_contiguous(k), _contiguous(v)]
     for step in range(world_size):
         pending = None
@@ -214,7 +211,10 @@ def _ring_forward(q, k, v, causal, softmax_scale, group):
         rows, cols, block_causal = _block_plan(step, rank, world_size, causal, half_q, half_k)
         block_out, block_lse = ops.fwd(q[:, rows], kv[0][:, cols], kv[1][:, cols],
                                        softmax_scale=softmax_scale, causal=block_causal)
-        _merge(out[:, rows], lse[:, :, rows], block_out, block_lse)
+        if step == 0:
+            out, lse = block_out.float(), block_lse
+        else:
+            _merge(out[:, rows], lse[:, :, rows], block_out, block_lse)
         if pending is not None:
             ring.wait(pending)
             kv = received
