@@ -245,7 +245,17 @@ def sweep_groups(args):
                 if ckpt == "flashtrain-policy" and attn != "flashtrain":
                     continue
                 groups.append((attn, dtype, ckpt))
-    return groups
+    # Priority within the budget: the first dtype without checkpointing (all attentions: eager's
+    # out-of-memory points belong in that table), then sdpa and flashtrain through the
+    # checkpointing modes and the other dtype, eager's remaining groups last.
+    first = args.dtypes[0] if args.dtypes else None
+
+    def priority(group):
+        attn, dtype, ckpt = group
+        late_eager = attn == "eager" and not (dtype == first and ckpt == "none")
+        return (late_eager, dtype != first or ckpt != "none", args.dtypes.index(dtype),
+                CKPT_ORDER.index(ckpt))
+    return sorted(groups, key=priority)
 
 
 def run_sweep(args, deadline):
@@ -274,6 +284,7 @@ def run_sweep(args, deadline):
                       "--warmup-steps", str(args.warmup_steps), "--log-every", "1"] + _common_args(args)
         data["results"] += run_group(args, label, train_args, args.seqs, deadline, logs_dir, args.steps)
         _write_json(out_json, data)
+        write_report(args.out_dir, with_plots=False)
         for r in data["results"][-len(args.seqs):]:
             if r.get("attn") == attn and r.get("dtype") == dtype and r.get("checkpoint") == ckpt:
                 log("  S=%-6d %-15s %s" % (r["seq"], r["status"], _short(r)))
@@ -315,6 +326,7 @@ def run_loss_curves(args, deadline):
             attn, dtype, r["status"], len(r.get("steps", [])), _fmt(r.get("final_loss")),
             r.get("nonfinite_steps")))
         _write_json(out_json, data)
+        write_report(args.out_dir, with_plots=False)
     data["finished"] = _now()
     data["comparison"] = compare_curves(data["results"])
     _write_json(out_json, data)
@@ -399,7 +411,10 @@ def _cell_speed(r):
         return "not run"
     st = r.get("status")
     if st == "ok":
-        return "%.1fk (%.0f%%)" % (r["tokens_per_s"] / 1e3, 100 * r["mfu"]) if "tokens_per_s" in r else "ok"
+        if "tokens_per_s" not in r:
+            return "ok"
+        return "%.1fk (%.0f%%)%s" % (r["tokens_per_s"] / 1e3, 100 * r["mfu"],
+                                     "*" if r.get("stopped_early") else "")
     return {"oom": "OOM", "oom-skipped": "OOM\u2020", "skipped-budget": "budget"}.get(st, st)
 
 
@@ -428,7 +443,8 @@ def markdown(sweep, losscurve, plot_files=()):
         "(6 x matmul parameters incl. lm_head + causal attention 6 x L x S x 4096 per token; no "
         "checkpoint recompute counted) / H200 dense bf16 peak 989 TFLOP/s. Memory: "
         "torch.cuda.max_memory_allocated over the run, GiB. OOM\u2020: not run because a shorter S "
-        "ran out of memory; budget: not run within the time budget.", ""]
+        "ran out of memory; budget: not run within the time budget; *: stopped early by the budget "
+        "(fewer measured steps).", ""]
     if sweep:
         st = sweep.get("settings", {})
         lines += ["## Sweep", "",
@@ -549,11 +565,12 @@ def plots(out_dir, sweep, losscurve):
                     if gpu:
                         ax.axhline(gpu, color="gray", lw=0.8)
                 ax.set_xscale("log", base=2)
-                ax.set_xlabel("sequence length S (x at 0: out of memory)")
-                ax.set_ylabel(ylabel)
-                ax.set_title("%s vs S, %s" % (ylabel, dtype))
-                ax.grid(alpha=0.3)
-                ax.legend(fontsize=7)
+                seqs = sorted({r["seq"] for r in res})
+                ax.set_xticks(seqs)
+                ax.set_xticklabels(["%dk" % (x // 1024) if x % 1024 == 0 else str(x) for x in seqs])
+                ax.set_ylim(bottom=0)
+                _label_axes(ax, "sequence length S (x at 0: out of memory)", ylabel,
+                            "%s vs S, %s" % (ylabel, dtype), 7)
             fig.tight_layout()
             fig.savefig(os.path.join(out_dir, fname), dpi=110)
             plt.close(fig)
@@ -577,15 +594,9 @@ def plots(out_dir, sweep, losscurve):
                 n = min(len(a), len(b))
                 dax.plot(range(1, n + 1), [a[i] - b[i] for i in range(n)], color=colors.get(attn), lw=1,
                          label="%s - sdpa" % attn)
-            ax.set_title("training loss, %s" % dtype)
-            ax.set_ylabel("loss")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            _label_axes(ax, None, "loss", "training loss, %s" % dtype, 8)
             dax.axhline(0, color="gray", lw=0.8)
-            dax.set_xlabel("step")
-            dax.set_ylabel("loss difference")
-            dax.grid(alpha=0.3)
-            dax.legend(fontsize=8)
+            _label_axes(dax, "step", "loss difference", None, 8)
         fig.tight_layout()
         fig.savefig(os.path.join(out_dir, "loss_curves.png"), dpi=110)
         plt.close(fig)
@@ -593,13 +604,28 @@ def plots(out_dir, sweep, losscurve):
     return written
 
 
-def write_report(out_dir):
+def _label_axes(ax, xlabel, ylabel, title, fontsize):
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=fontsize)
+
+
+def write_report(out_dir, with_plots=True):
     sweep = _load_json(os.path.join(out_dir, "sweep.json"))
     losscurve = _load_json(os.path.join(out_dir, "loss_curve.json"))
     if not sweep and not losscurve:
         log("no sweep.json or loss_curve.json in %s: nothing to report" % out_dir)
         return
-    written = plots(out_dir, sweep, losscurve)
+    if with_plots:
+        written = plots(out_dir, sweep, losscurve)
+    else:
+        written = [f for f in ("tokens_per_s.png", "peak_memory.png", "loss_curves.png")
+                   if os.path.exists(os.path.join(out_dir, f))]
     path = os.path.join(out_dir, "RESULTS.md")
     with open(path, "w") as f:
         f.write(markdown(sweep, losscurve, written))
