@@ -13,17 +13,19 @@ Modes:
       (attention, dtype, checkpointing) runs the sequence lengths shortest first, each with a fresh
       model (--steps steps, the first --warmup-steps left out of tokens/s); after an out-of-memory
       result the longer ones are reported as "oom-skipped". A crashed subprocess is restarted for
-      the lengths it did not reach. Groups run in priority order (bf16 before fp16; no
-      checkpointing, then flashtrain-policy, then full) until --budget-seconds is spent; what is
+      the lengths it did not reach. Groups run in priority order (bf16 with no checkpointing for every
+      attention; then sdpa and flashtrain with flashtrain-policy, full, and the same in fp16; eager's
+      other groups last; see --dry-run) until --budget-seconds is spent; what is
       left is reported as "skipped-budget".
-  --mode loss-curve (or --loss-curve)  --lc-steps-step runs (default 300) of --lc-attn in each of
+  --mode loss-curve (or --loss-curve)  --lc-steps step runs (default 300) of --lc-attn in each of
       --lc-dtypes at a small S (default S=1024, 2 layers, 8192 tokens/step): identical
       initialisation and data, so the curves differ only by the attention kernels' numerics.
       Records loss curves and non-finite steps and plots them together.
   --mode all  the sweep, then the loss curves with --lc-budget-seconds of the budget.
   --report-only  rewrite RESULTS.md and the plots from the JSON already in --out-dir.
 
-On one H200 the defaults fit: `--mode all --budget-seconds 450` (sweep 300 s, loss curves 150 s).
+On one H200 the defaults fit in 8 minutes: `--mode all` (budget 480 s: sweep 310 s, loss curves
+170 s; a group running at the deadline gets up to 20 s more to finish its step).
 The whole run prints progress as it goes. A CPU smoke test: --tiny --device cpu.
 """
 import argparse
@@ -81,7 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--out-dir", default=HERE, help="where JSON, RESULTS.md, plots and logs go")
     p.add_argument("--budget-seconds", type=float, default=None,
                    help="wall-clock budget for the whole invocation (default: 420 sweep, "
-                        "160 loss-curve, 450 all)")
+                        "180 loss-curve, 480 all)")
     p.add_argument("--python", default=sys.executable, help="interpreter for train_llama.py")
     p.add_argument("--device", default=None, help="passed to train_llama.py (default: its own)")
     p.add_argument("--tiny", action="store_true",
@@ -108,13 +110,13 @@ def parse_args(argv=None):
     l.add_argument("--lc-tokens-per-step", type=int, default=8192)
     l.add_argument("--lc-attn", type=_csv(str, ATTN_ORDER), default=["sdpa", "flashtrain"])
     l.add_argument("--lc-dtypes", type=_csv(str, ["bf16", "fp16"]), default=["bf16", "fp16"])
-    l.add_argument("--lc-budget-seconds", type=float, default=150.0,
+    l.add_argument("--lc-budget-seconds", type=float, default=170.0,
                    help="with --mode all: the part of the budget kept for the loss curves")
     args = p.parse_args(argv)
     if args.loss_curve:
         args.mode = "loss-curve"
     if args.budget_seconds is None:
-        args.budget_seconds = {"sweep": 420.0, "loss-curve": 160.0, "all": 450.0}[args.mode]
+        args.budget_seconds = {"sweep": 420.0, "loss-curve": 180.0, "all": 480.0}[args.mode]
     if args.tiny:
         if args.seqs == p.get_default("seqs"):
             args.seqs = [64, 128]
@@ -318,7 +320,7 @@ def run_loss_curves(args, deadline):
         train_args = ["--attn", attn, "--dtype", dtype, "--checkpoint", "none", "--layers",
                       str(args.lc_layers), "--tokens-per-step", str(args.lc_tokens_per_step),
                       "--log-every", str(max(1, args.lc_steps // 20)),
-                      "--max-seconds", "%.0f" % max(5.0, share - MIN_GROUP_S)] + _common_args(args)
+                      "--max-seconds", "%.0f" % max(5.0, share - 10.0)] + _common_args(args)
         data["results"] += run_group(args, label, train_args, [args.lc_seq], run_deadline,
                                      logs_dir, args.lc_steps)
         r = data["results"][-1]

@@ -68,7 +68,7 @@ def test_train_llama_help_runs_without_transformers():
         assert flag in out.stdout
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "flashtrain"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa", "flashtrain"])
 def test_train_llama_two_steps(tmp_path_factory, attn):
     _skip_unless_available(attn)
     (result,) = _train(tmp_path_factory, attn)
