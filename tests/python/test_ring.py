@@ -83,12 +83,12 @@ def _shard(x, case, rank, world_size, dim=1):
     return x.chunk(world_size, dim=dim)[rank].contiguous()
 
 
-def _gather(x, case, dim=1):
+def _gather(x, case, dim=1, group=None):
     if case.shard == "zigzag":
-        return zigzag_gather(x, dim=dim)
+        return zigzag_gather(x, dim=dim, group=group)
     raw = x.contiguous().view(torch.uint8)  # gloo's all_gather refuses bfloat16 (torch 1.13)
-    parts = [torch.empty_like(raw) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, raw)
+    parts = [torch.empty_like(raw) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, raw, group=group)
     return torch.cat([part.view(x.dtype) for part in parts], dim=dim)
 
 
@@ -106,6 +106,18 @@ def _misuse_messages(device):
     return messages
 
 
+def _ring_case(case, inputs, rank, world_size, device, group):
+    """This rank's ring forward and backward of the case; the gathered out, lse, dq, dk, dv."""
+    q, k, v, dout = (_shard(t, case, rank, world_size).to(device) for t in inputs)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out, lse = ring_flash_attn_func(q, k, v, causal=case.causal, group=group, return_lse=True)
+    out.backward(dout)
+    gathered = [_gather(out, case, group=group), _gather(lse, case, dim=2, group=group),
+                _gather(q.grad, case, group=group), _gather(k.grad, case, group=group),
+                _gather(v.grad, case, group=group)]
+    return [t.detach().cpu() for t in gathered]
+
+
 def _rank_main(rank, world_size, backend, init_file, cases_file, results_file):
     if backend == "nccl":
         torch.cuda.set_device(rank)
@@ -116,16 +128,20 @@ def _rank_main(rank, world_size, backend, init_file, cases_file, results_file):
     dist.init_process_group(backend, init_method="file://" + init_file, rank=rank,
                             world_size=world_size)
     results = {}
-    for case, inputs in _load(cases_file):
-        q, k, v, dout = (_shard(t, case, rank, world_size).to(device) for t in inputs)
-        q, k, v = (t.requires_grad_() for t in (q, k, v))
-        out, lse = ring_flash_attn_func(q, k, v, causal=case.causal, return_lse=True)
-        out.backward(dout)
-        gathered = [_gather(out, case), _gather(lse, case, dim=2), _gather(q.grad, case),
-                    _gather(k.grad, case), _gather(v.grad, case)]
-        results[_case_id(case)] = [t.detach().cpu() for t in gathered]
+    cases = _load(cases_file)
+    for case, inputs in cases:
+        results[_case_id(case)] = _ring_case(case, inputs, rank, world_size, device, None)
     results["misuse"] = _misuse_messages(device)
+    if world_size == 4:
+        # Two rings of two in sub-groups: ring [2, 3] needs its group ranks mapped to global
+        # ranks. Rank 2 reports its ring's result for the first case.
+        groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        result = _ring_case(*cases[0], rank % 2, 2, device, groups[rank // 2])
+        if rank == 2:
+            torch.save(result, results_file + ".subgroup")
+    dist.barrier()
     if rank == 0:
+        results["subgroup"] = (_load(results_file + ".subgroup") if world_size == 4 else None)
         torch.save(results, results_file)
     dist.barrier()
     dist.destroy_process_group()
@@ -135,6 +151,7 @@ def _spawn(backend, world_size, cases):
     """Runs the cases on world_size spawned ranks; returns rank 0's results by case id."""
     with tempfile.TemporaryDirectory(prefix="flashtrain-ring-") as tmp:
         cases_file, results_file = os.path.join(tmp, "cases.pt"), os.path.join(tmp, "results.pt")
+        torch.manual_seed(20261202 + world_size)
         torch.save([(case, _draw_inputs(case, world_size)) for case in cases], cases_file)
         context = mp.spawn(_rank_main, nprocs=world_size, join=False,
                            args=(world_size, backend, os.path.join(tmp, "init"), cases_file,
@@ -172,7 +189,7 @@ def _check_case(case, inputs, ring, device):
         ref_out.backward(dout.to(torch.float64))
         references[label] = [ref_out, ref_lse] + [t.grad for t in leaves]
 
-    single_inputs = [t.to(device).requires_grad_() for t in (q, k, v)]
+    single_inputs = [t.detach().clone().to(device).requires_grad_() for t in (q, k, v)]
     out, lse, _ = flashtrain.flash_attn_func(*single_inputs, causal=case.causal,
                                              return_attn_probs=True)
     out.backward(dout.to(device))
@@ -206,6 +223,13 @@ def cpu_runs():
 def test_ring_cpu_gloo(cpu_runs, world_size, case):
     results, inputs = cpu_runs[world_size]
     _check_case(case, inputs[_case_id(case)], results[_case_id(case)], "cpu")
+
+
+def test_ring_in_subgroups(cpu_runs):
+    """Two rings of two ranks each inside a world of four (process groups other than WORLD)."""
+    results, inputs = cpu_runs[4]
+    case = CPU_CASES[0]
+    _check_case(case, inputs[_case_id(case)], results["subgroup"], "cpu")
 
 
 @pytest.mark.parametrize("world_size", CPU_WORLD_SIZES)
