@@ -6,19 +6,21 @@
 
 #include "../api/backends.h"
 #include "telemetry.h"
+#include "pack.h"
 #include "tiles.h"
 
 namespace flashtrain::cpu {
 
 void forward(const Problem& p) {
-  const int64_t dqk = p.dim_qk, dv = p.dim_v;
+  const int64_t dqk = p.dim_qk, dv = p.dim_v, ldq = padded(dqk), ldv = padded(dv);
   const int64_t m_tiles = (p.max_seqlen_q + kBlockM - 1) / kBlockM;
   const int64_t tasks = p.batch * p.heads_q * m_tiles;
+  const KeyTiles ks(p, KeyTiles::kKt | KeyTiles::kV);
   Telemetry total;
 #pragma omp parallel
   {
-    std::vector<float> q(kBlockM * dqk), k(kBlockN * dqk), kt(dqk * kBlockN), v(kBlockN * dv);
-    std::vector<float> s(kBlockM * kBlockN), acc(kBlockM * dv), row_max(kBlockM), row_sum(kBlockM);
+    std::vector<float> q(kBlockM * ldq);
+    std::vector<float> s(kBlockM * kBlockN), acc(kBlockM * ldv), row_max(kBlockM), row_sum(kBlockM);
     Telemetry local;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
@@ -27,7 +29,8 @@ void forward(const Problem& p) {
       const int64_t row0 = mt * kBlockM;
       if (row0 >= c.seqlen_q) continue;
       const int64_t m = std::min(kBlockM, c.seqlen_q - row0);
-      load_tile(p.q, element_offset(p, p.sq, true, c.b, row0, c.h), p.sq.seq, m, dqk, q.data());
+      load_tile(p.q, element_offset(p, p.sq, true, c.b, row0, c.h), p.sq.seq, m, dqk, ldq, q.data());
+      scale_tile(q.data(), m, ldq, c.scale);
       std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(row_max.begin(), row_max.end(), kNegInf);
       std::fill(row_sum.begin(), row_sum.end(), 0.0f);
@@ -35,17 +38,14 @@ void forward(const Problem& p) {
       visible_cols(c.mask, row0, row0 + m, &col_begin, &col_end);
       for (int64_t col0 = col_begin - col_begin % kBlockN; col0 < col_end; col0 += kBlockN) {
         const int64_t n = std::min(kBlockN, c.seqlen_k - col0);
-        load_tile(p.k, element_offset(p, p.sk, false, c.b, col0, c.kh), p.sk.seq, n, dqk, k.data());
-        load_tile(p.v, element_offset(p, p.sv, false, c.b, col0, c.kh), p.sv.seq, n, dv, v.data());
-        transpose_padded(k.data(), n, dqk, kt.data());
-        score_block(c, q.data(), kt.data(), m, n, dqk, row0, col0, s.data(), nullptr);
+        const int64_t kid = ks.id(c.b, c.kh, col0);
+        score_block(c, q.data(), ldq, ks.kt_tile(kid), m, n, dqk, row0, col0, s.data(), nullptr);
         if (p.report) local.scores(s.data(), m * kBlockN);
         for (int64_t i = 0; i < m; ++i) {
           float* srow = &s[i * kBlockN];
           // NaN-propagating maxima: a NaN input must reach this row's out and lse
           // (NonFiniteInputs::kPropagate), never pass for a fully masked row.
-          float tile_max = kNegInf;
-          for (int64_t j = 0; j < kBlockN; ++j) tile_max = nan_max(tile_max, srow[j]);
+          const float tile_max = row_max_nan(srow);
           const float new_max = nan_max(row_max[i], tile_max);
           if (new_max == kNegInf) {  // nothing visible in this row yet: contributes nothing
             std::fill(srow, srow + kBlockN, 0.0f);
@@ -53,27 +53,22 @@ void forward(const Problem& p) {
           }
           const float correction = std::exp(row_max[i] - new_max);
           exp_shifted(srow, kBlockN, new_max);
-          float sum = 0.0f;
-          for (int64_t j = 0; j < kBlockN; ++j) sum += srow[j];
-          row_sum[i] = row_sum[i] * correction + sum;
+          row_sum[i] = row_sum[i] * correction + row_total(srow);
           row_max[i] = new_max;
-          if (correction != 1.0f) {
-            float* arow = &acc[i * dv];
-            for (int64_t d = 0; d < dv; ++d) arow[d] *= correction;
-          }
+          if (correction != 1.0f) scale_tile(&acc[i * ldv], 1, ldv, correction);
         }
         if (p.dropout_p > 0.0) apply_dropout(p, c, row0, col0, m, n, s.data());
-        accumulate_products(acc.data(), s.data(), kBlockN, 1, v.data(), m, n, dv);
+        tile_gemm(acc.data(), ldv, s.data(), kBlockN, 1, ks.v_tile(kid), ldv, m, n, ldv, true);
       }
       for (int64_t i = 0; i < m; ++i) {
         const bool empty = row_sum[i] == 0.0f;  // fully masked row: out 0, lse -inf
         const float inv = empty ? 0.0f : 1.0f / row_sum[i];
-        for (int64_t d = 0; d < dv; ++d) acc[i * dv + d] *= inv;
+        scale_tile(&acc[i * ldv], 1, ldv, inv);
         const float lse = empty ? kNegInf : row_max[i] + std::log(row_sum[i]);
         static_cast<float*>(p.lse.data)[lse_offset(p, c.b, row0 + i, c.h)] = lse;
         if (p.report) local.row(lse);
       }
-      store_tile(p.out, element_offset(p, p.so, true, c.b, row0, c.h), p.so.seq, m, dv, acc.data());
+      store_tile(p.out, element_offset(p, p.so, true, c.b, row0, c.h), p.so.seq, m, dv, ldv, acc.data());
     }
     if (p.report) {
 #pragma omp critical

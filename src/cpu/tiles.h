@@ -11,6 +11,7 @@
 #include "../api/problem.h"
 #include "../common/dtype.h"
 #include "../common/philox.h"
+#include "gemm.h"
 
 namespace flashtrain::cpu {
 
@@ -47,13 +48,34 @@ inline void exp_shifted(float* x, int64_t n, float shift) {
 // max(a, b) that returns NaN when either is NaN (std::max drops a NaN second argument).
 inline float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }
 
+static_assert(kBlockN % kLanes == 0, "score rows are processed in whole vectors");
+
+// Largest of the kBlockN scores of a row, NaN when any of them is NaN.
+inline float row_max_nan(const float* row) {
+  Vec m = Vec::load(row);
+  bool nan = m.any_nan();
+  for (int64_t j = kLanes; j < kBlockN; j += kLanes) {
+    const Vec x = Vec::load(row + j);
+    nan |= x.any_nan();
+    m = max(m, x);
+  }
+  return nan ? std::numeric_limits<float>::quiet_NaN() : m.reduce_max();
+}
+
+// Sum of the kBlockN entries of a row.
+inline float row_total(const float* row) {
+  Vec s = Vec::load(row);
+  for (int64_t j = kLanes; j < kBlockN; j += kLanes) s = s + Vec::load(row + j);
+  return s.reduce_add();
+}
+
 // Loads `rows` rows of `width` elements (row r at element offset base + r * row_stride) into a
-// dense fp32 tile [rows][width].
+// dense fp32 tile [rows][ld], zeroing the padding columns width..ld-1.
 inline void load_tile(const TensorView& t, int64_t base, int64_t row_stride, int64_t rows,
-                      int64_t width, float* dst) {
+                      int64_t width, int64_t ld, float* dst) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t off = base + r * row_stride;
-    float* out = dst + r * width;
+    float* out = dst + r * ld;
     switch (t.dtype) {
       case DType::kFloat32: {
         const float* src = static_cast<const float*>(t.data) + off;
@@ -74,15 +96,16 @@ inline void load_tile(const TensorView& t, int64_t base, int64_t row_stride, int
         for (int64_t d = 0; d < width; ++d)
           out[d] = static_cast<float>(load_as_double(t.data, t.dtype, off + d));
     }
+    std::fill(out + width, out + ld, 0.0f);
   }
 }
 
-// Stores a dense fp32 tile into rows of t, converting to t's dtype.
+// Stores `width` columns of a dense fp32 tile [rows][ld] into rows of t, converting to t's dtype.
 inline void store_tile(const TensorView& t, int64_t base, int64_t row_stride, int64_t rows,
-                       int64_t width, const float* src) {
+                       int64_t width, int64_t ld, const float* src) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t off = base + r * row_stride;
-    const float* in = src + r * width;
+    const float* in = src + r * ld;
     switch (t.dtype) {
       case DType::kFloat32: std::copy(in, in + width, static_cast<float*>(t.data) + off); break;
       case DType::kBFloat16: {
@@ -101,72 +124,20 @@ inline void store_tile(const TensorView& t, int64_t base, int64_t row_stride, in
   }
 }
 
-// Transposes a [rows][width] tile into [width][kBlockN], zero-padding columns rows..kBlockN-1,
-// so the product loops always run over a full, compile-time tile of keys.
-inline void transpose_padded(const float* src, int64_t rows, int64_t width, float* dst) {
+// Transposes a [rows][ld] tile into [width][kBlockN], zero-padding columns rows..kBlockN-1,
+// so the score products always run over a full, compile-time tile of keys.
+inline void transpose_padded(const float* src, int64_t rows, int64_t width, int64_t ld, float* dst) {
   for (int64_t d = 0; d < width; ++d) {
     float* out = dst + d * kBlockN;
-    for (int64_t r = 0; r < rows; ++r) out[r] = src[r * width + d];
+    for (int64_t r = 0; r < rows; ++r) out[r] = src[r * ld + d];
     std::fill(out + rows, out + kBlockN, 0.0f);
   }
 }
 
-// C[m][kBlockN] = alpha * A[m][k] * Bt[k][kBlockN] (Bt: transposed, padded key-side tile).
-// Two rows at a time with the whole row of C in registers: k loads of Bt feed 2 * k FMAs.
-inline void gemm_rows_by_tile(const float* a, const float* bt, int64_t m, int64_t k, float alpha,
-                              float* c) {
-  int64_t i = 0;
-  for (; i + 1 < m; i += 2) {
-    float acc0[kBlockN] = {}, acc1[kBlockN] = {};
-    const float* a0 = a + i * k;
-    const float* a1 = a0 + k;
-    for (int64_t d = 0; d < k; ++d) {
-      const float x0 = a0[d] * alpha, x1 = a1[d] * alpha;
-      const float* b = bt + d * kBlockN;
-      for (int64_t j = 0; j < kBlockN; ++j) {
-        acc0[j] += x0 * b[j];
-        acc1[j] += x1 * b[j];
-      }
-    }
-    std::copy(acc0, acc0 + kBlockN, c + i * kBlockN);
-    std::copy(acc1, acc1 + kBlockN, c + (i + 1) * kBlockN);
-  }
-  for (; i < m; ++i) {
-    float acc[kBlockN] = {};
-    for (int64_t d = 0; d < k; ++d) {
-      const float x = a[i * k + d] * alpha;
-      const float* b = bt + d * kBlockN;
-      for (int64_t j = 0; j < kBlockN; ++j) acc[j] += x * b[j];
-    }
-    std::copy(acc, acc + kBlockN, c + i * kBlockN);
-  }
-}
-
-// out[r][:width] += sum_c coef(r, c) * mat[c][:width] for r < rows, c < inner, where
-// coef(r, c) = coef[r * rs + c * cs]. Four c at a time so each out row is loaded and stored once
-// per four FMAs. Serves P V, dS K (rs = kBlockN, cs = 1) and P^T dO, dS^T Q (rs = 1, cs = kBlockN).
-inline void accumulate_products(float* out, const float* coef, int64_t rs, int64_t cs,
-                                const float* mat, int64_t rows, int64_t inner, int64_t width) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* o = out + r * width;
-    int64_t c = 0;
-    for (; c + 3 < inner; c += 4) {
-      const float w0 = coef[r * rs + c * cs], w1 = coef[r * rs + (c + 1) * cs];
-      const float w2 = coef[r * rs + (c + 2) * cs], w3 = coef[r * rs + (c + 3) * cs];
-      if (w0 == 0.0f && w1 == 0.0f && w2 == 0.0f && w3 == 0.0f) continue;
-      const float* m0 = mat + c * width;
-      const float* m1 = m0 + width;
-      const float* m2 = m1 + width;
-      const float* m3 = m2 + width;
-      for (int64_t d = 0; d < width; ++d) o[d] += w0 * m0[d] + w1 * m1[d] + w2 * m2[d] + w3 * m3[d];
-    }
-    for (; c < inner; ++c) {
-      const float w = coef[r * rs + c * cs];
-      if (w == 0.0f) continue;
-      const float* m0 = mat + c * width;
-      for (int64_t d = 0; d < width; ++d) o[d] += w * m0[d];
-    }
-  }
+// Multiplies rows [rows][ld] by a scalar in place (the softmax scale folded into a query tile).
+inline void scale_tile(float* x, int64_t rows, int64_t ld, float alpha) {
+  const Vec a = Vec::set1(alpha);
+  for (int64_t e = 0; e < rows * ld; e += kLanes) (Vec::load(x + e) * a).store(x + e);
 }
 
 // Everything the score block of one (batch, query head) needs.
@@ -200,12 +171,13 @@ inline void visible_cols(const MaskSpec& m, int64_t row0, int64_t row1, int64_t*
 }
 
 // S[m][kBlockN] for rows row0.. (m rows) and cols col0.. (n valid cols): scale * q.k, softcap,
-// ALiBi, mask (-inf, also on the padding columns n..kBlockN-1). q is [m][dqk]; kt is the
-// transposed, padded key tile. When tanh_out is non-null and softcap is on, tanh(raw / softcap)
+// ALiBi, mask (-inf, also on the padding columns n..kBlockN-1). q is [m][ld] and already
+// multiplied by scale (once per query tile, not once per product); kt is the transposed, padded
+// key tile [dqk][kBlockN]. When tanh_out is non-null and softcap is on, tanh(raw / softcap)
 // is written there for the backward chain rule.
-inline void score_block(const HeadContext& c, const float* q, const float* kt, int64_t m, int64_t n,
-                        int64_t dqk, int64_t row0, int64_t col0, float* s, float* tanh_out) {
-  gemm_rows_by_tile(q, kt, m, dqk, c.scale, s);
+inline void score_block(const HeadContext& c, const float* q, int64_t ld, const float* kt, int64_t m,
+                        int64_t n, int64_t dqk, int64_t row0, int64_t col0, float* s, float* tanh_out) {
+  tile_gemm(s, kBlockN, q, ld, 1, kt, kBlockN, m, dqk, kBlockN, false);
   for (int64_t i = 0; i < m; ++i) {
     float* srow = s + i * kBlockN;
     const int64_t row = row0 + i;
