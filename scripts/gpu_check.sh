@@ -99,7 +99,11 @@ if [[ $built == 1 ]]; then
   lib="$PWD/$build/python/flashtrain/libflashtrain_torch.so"
   if [[ -n "$torch_dir" && -f "$lib" ]]; then
     step "pytest (CUDA, transformers)" pytest.log env FLASHTRAIN_TORCH_LIBRARY="$lib" \
-      PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" $python -m pytest -q -p no:cacheprovider tests/python
+      PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" $python -X faulthandler -m pytest -q -p no:cacheprovider tests/python
+    grep -q "Fatal Python error" "$outdir/pytest.log" && scripts/gpu_debug_torch.sh "$outdir/torch_debug" >/dev/null 2>&1
+    step "checkpoint bench" bench_checkpoint.log env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+      FLASHTRAIN_TORCH_LIBRARY="$lib" $python bench/bench_checkpoint.py --json "$outdir/bench_checkpoint.json" \
+      --markdown "$outdir/bench_checkpoint.md"
   else
     skip "pytest" "torch or its extension build is not available"
   fi

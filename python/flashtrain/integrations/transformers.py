@@ -15,6 +15,8 @@ Causal attention is aligned bottom-right (FlashAttention's convention), which is
 with a KV cache needs. Unpadding reads the mask's values, so a padded batch breaks a
 torch.compile graph there; an unpadded batch compiles with fullgraph=True.
 """
+import weakref
+
 import torch
 
 from .. import _compat
@@ -67,6 +69,48 @@ def _packed_from_position_ids(position_ids, tokens):
     return _cu_seqlens(lengths), int(lengths.max())
 
 
+# The last position_ids tensor seen and what it described: every layer of a forward (and its
+# checkpoint recompute) gets the same tensor, so only the first layer pays the device sync of
+# reading it. A weak reference plus the tensor's version counter keep a new or modified tensor
+# from matching.
+_packed_memo = {"ref": None, "version": None, "tokens": None, "result": None}
+
+
+def _packed_memoized(position_ids, tokens):
+    memo = _packed_memo
+    if position_ids is None:
+        return None
+    ref = memo["ref"]
+    if (ref is not None and ref() is position_ids and memo["version"] == position_ids._version
+            and memo["tokens"] == tokens):
+        return memo["result"]
+    result = _packed_from_position_ids(position_ids, tokens)
+    try:
+        memo.update(ref=weakref.ref(position_ids), version=position_ids._version, tokens=tokens,
+                    result=result)
+    except TypeError:  # an object without weak references: no memo
+        memo.update(ref=None)
+    return result
+
+
+def _autocast_inputs(query, key, value):
+    """Under autocast, RoPE leaves q and k in float32 while v comes out of a projection in the
+    autocast dtype; run attention in the autocast dtype, as torch's own fused kernels do."""
+    device = query.device.type
+    if not any(t.dtype == torch.float32 for t in (query, key, value)):
+        return query, key, value
+    if hasattr(torch, "get_autocast_dtype"):
+        enabled = torch.is_autocast_enabled(device) if device != "cpu" else torch.is_autocast_cpu_enabled()
+        dtype = torch.get_autocast_dtype(device) if enabled else None
+    elif device == "cuda":
+        dtype = torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
+    else:
+        dtype = torch.get_autocast_cpu_dtype() if torch.is_autocast_cpu_enabled() else None
+    if dtype is None:
+        return query, key, value
+    return query.to(dtype), key.to(dtype), value.to(dtype)
+
+
 def _varlen(q, k, v, cu_q, cu_k, max_q, max_k, options):
     """BSHD q, k, v whose tokens are all real, concatenated along B * S."""
     b, sq = q.shape[:2]
@@ -115,6 +159,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         window = (sliding_window - 1, 0 if causal else sliding_window - 1)
     options = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal, window_size=window,
                    softcap=softcap or 0.0)
+    query, key, value = _autocast_inputs(query, key, value)
     # (B, H, S, D) -> BSHD views; the operators take any strides but the last dim's.
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
 
@@ -125,7 +170,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                       kwargs["max_length_q"], kwargs["max_length_k"], options)
         return out, None
     if not _compat.is_compiling() and q.shape[1] == k.shape[1]:
-        packed = _packed_from_position_ids(kwargs.get("position_ids"), q.shape[0] * q.shape[1])
+        packed = _packed_memoized(kwargs.get("position_ids"), q.shape[0] * q.shape[1])
         if packed is not None:
             cu, max_len = packed
             return _varlen(q, k, v, cu, cu, max_len, max_len, options), None

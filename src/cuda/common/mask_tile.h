@@ -41,6 +41,16 @@ __host__ __device__ inline TileRange visible_query_tiles(const MaskSpec& mask, i
   return {static_cast<int>(first / block_m), static_cast<int>(last / block_m + 1)};
 }
 
+// Inverse of visible_query_tiles over key tiles: the first key tile (units of block_n) that
+// reaches the query tile starting at row m0. The key tiles reaching a query tile are contiguous,
+// so this is where the deterministic order of the backward's dQ additions starts.
+__host__ __device__ inline int first_key_tile(const MaskSpec& mask, int m0, int block_n) {
+  if (mask.left < 0) return 0;
+  const int64_t a = m0 + mask.diag - mask.left;
+  const int64_t n = a >= 0 ? a / block_n : -((-a + block_n - 1) / block_n);  // floor division
+  return n < 0 ? 0 : static_cast<int>(n);
+}
+
 // S(r, c) = -inf where (row0 + row(r), col0 + col(c)) is not visible. s and coord are rowcol()
 // views of an accumulator fragment and of the identity partition of its tile.
 template <typename Scores, typename Coord>

@@ -1,6 +1,6 @@
-// sm90::refusal and sm90::run_fwd: says why the Hopper forward cannot run a problem (each rule a
-// small function naming the values seen), and otherwise turns the Problem into FwdArgs and runs
-// the instantiation for its dtype and head dim. Head dims not built are compiled out here.
+// sm90::refusal / sm90::bwd_refusal say why the Hopper forward / backward cannot run a problem
+// (each rule a small function naming the values seen); sm90::run_fwd / sm90::run_bwd otherwise
+// run the instantiation for its dtype and head dim. Head dims not built are compiled out here.
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -11,6 +11,7 @@
 
 #include "../common/built_hdims.h"
 #include "../common/cuda_check.h"
+#include "bwd_args_sm90.h"
 #include "fwd_args_sm90.h"
 #include "launch.h"
 
@@ -20,6 +21,7 @@ namespace {
 constexpr int kComputeMajor = 9;  // wgmma, TMA and setmaxnreg are sm_90a instructions
 constexpr int kComputeMinor = 0;
 constexpr int kHeadDims[] = {64, 128, 256};
+constexpr int kBwdHeadDims[] = {64, 128};
 // TMA: the global base address and every stride but the innermost are multiples of 16 bytes.
 constexpr int64_t kTmaAlignBytes = 16;
 // Row and column indices inside the kernel are 32-bit; keep i + diag + window in range.
@@ -60,21 +62,30 @@ std::string device_reason(const Problem& p) {
   return {};
 }
 
-std::string feature_reason(const Problem& p) {
+template <std::size_t kN>
+std::string feature_reason(const Problem& p, const char* pass, const int (&head_dims)[kN]) {
   std::string r;
   auto add = [&r](const std::string& line) { r += (r.empty() ? "" : "\n") + line; };
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     add(detail::concat("sm90: dtype ", dtype_name(p.dtype), " not supported (float16 and bfloat16 are)"));
-  if (p.varlen) add("sm90: varlen (cu_seqlens) not supported, the sm80 path runs it");
-  if (p.dropout_p > 0.0) add(detail::concat("sm90: dropout (p = ", p.dropout_p, ") not supported, the sm80 path runs it"));
-  if (p.softcap > 0.0) add(detail::concat("sm90: softcap (", p.softcap, ") not supported, the sm80 path runs it"));
-  if (p.alibi_slopes != nullptr) add("sm90: ALiBi not supported, the sm80 path runs it");
+  if (p.varlen) add(detail::concat("sm90: varlen (cu_seqlens) not supported in ", pass, ", the sm80 path runs it"));
+  if (p.dropout_p > 0.0)
+    add(detail::concat("sm90: dropout (p = ", p.dropout_p, ") not supported in ", pass, ", the sm80 path runs it"));
+  if (p.softcap > 0.0)
+    add(detail::concat("sm90: softcap (", p.softcap, ") not supported in ", pass, ", the sm80 path runs it"));
+  if (p.alibi_slopes != nullptr) add(detail::concat("sm90: ALiBi not supported in ", pass, ", the sm80 path runs it"));
   if (p.dim_qk != p.dim_v)
-    add(detail::concat("sm90: Dv (", p.dim_v, ") != Dqk (", p.dim_qk, ") not supported, the sm80 path runs it"));
+    add(detail::concat("sm90: Dv (", p.dim_v, ") != Dqk (", p.dim_qk, ") not supported in ", pass,
+                       ", the sm80 path runs it"));
   bool dim_known = false;
-  for (int d : kHeadDims) dim_known |= p.dim_qk == d;
+  std::string dims;
+  for (int d : head_dims) {
+    dim_known |= p.dim_qk == d;
+    dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+  }
   if (!dim_known)
-    add(detail::concat("sm90: head dim ", p.dim_qk, " not supported (64, 128 and 256 are), the sm80 path runs it"));
+    add(detail::concat("sm90: head dim ", p.dim_qk, " not supported in ", pass, " (", dims,
+                       " are), the sm80 path runs it"));
   else if (!head_dim_built(p.dim_qk))
     add(detail::concat("sm90: head dim ", p.dim_qk, " not built (built: ", FLASHTRAIN_HDIMS_BUILT, ")"));
   return r;
@@ -134,10 +145,28 @@ bool try_head_dim(const FwdArgs& args, const Problem& p, cudaStream_t stream) {
   return false;
 }
 
-}  // namespace
+template <int kHeadDim>
+bool try_bwd_head_dim(const Problem& p, const BwdTensorStrides& strides, void* workspace, cudaStream_t stream) {
+  if constexpr (head_dim_built(kHeadDim)) {
+    if (p.dim_qk != kHeadDim) return false;
+    if (p.dtype == DType::kFloat16) {
+      run_bwd_hdim<cutlass::half_t, kHeadDim>(p, strides, workspace, stream);
+      return true;
+    }
+    if (p.dtype == DType::kBFloat16) {
+      run_bwd_hdim<cutlass::bfloat16_t, kHeadDim>(p, strides, workspace, stream);
+      return true;
+    }
+  }
+  return false;
+}
 
-std::string refusal(const Problem& p) {
-  std::string r = feature_reason(p);
+// Every rule of one pass: features, device, TMA legality of q, k, v and the pass's fourth TMA
+// tensor (`out` stored by the forward, `dout` loaded by the backward), sizes.
+template <std::size_t kN>
+std::string pass_reason(const Problem& p, const char* pass, const int (&head_dims)[kN], const char* fourth_name,
+                        const TensorView& fourth, const Strides3& fourth_strides) {
+  std::string r = feature_reason(p, pass, head_dims);
   auto add = [&r](const std::string& line) {
     if (!line.empty()) r += (r.empty() ? "" : "\n") + line;
   };
@@ -147,11 +176,15 @@ std::string refusal(const Problem& p) {
     add(tma_reason("q", p.q, p.sq, b, sq, p.heads_q, p.dtype));
     add(tma_reason("k", p.k, p.sk, b, sk, p.heads_k, p.dtype));
     add(tma_reason("v", p.v, p.sv, b, sk, p.heads_k, p.dtype));
-    add(tma_reason("out", p.out, p.so, b, sq, p.heads_q, p.dtype));
+    add(tma_reason(fourth_name, fourth, fourth_strides, b, sq, p.heads_q, p.dtype));
   }
   add(size_reason(p));
   return r;
 }
+
+}  // namespace
+
+std::string refusal(const Problem& p) { return pass_reason(p, "forward", kHeadDims, "out", p.out, p.so); }
 
 void run_fwd(const Problem& p, cudaStream_t stream) {
   FwdArgs a;
@@ -179,6 +212,26 @@ void run_fwd(const Problem& p, cudaStream_t stream) {
   const bool ran = try_head_dim<64>(a, p, stream) || try_head_dim<128>(a, p, stream) || try_head_dim<256>(a, p, stream);
   // refusal() rejects these first; reaching here means a caller skipped it.
   FT_CHECK(ran, "sm90 forward: no kernel for dtype ", dtype_name(p.dtype), ", head dim ", p.dim_qk,
+           "; built head dims: ", FLASHTRAIN_HDIMS_BUILT);
+}
+
+std::string bwd_refusal(const Problem& p) {
+  std::string r = pass_reason(p, "backward", kBwdHeadDims, "dout", p.dout, p.sdo);
+  if (p.batch == 0 || p.heads_q == 0 || p.max_seqlen_q == 0 || p.max_seqlen_k == 0)
+    r += detail::concat(r.empty() ? "" : "\n", "sm90: empty problem (batch ", p.batch, ", heads ", p.heads_q, ", Sq ",
+                        p.max_seqlen_q, ", Sk ", p.max_seqlen_k, "): TMA needs non-empty tensors, the sm80 path runs it");
+  return r;
+}
+
+void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
+  BwdTensorStrides strides;
+  strides.q = fwd_strides(p.sq, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
+  strides.k = fwd_strides(p.sk, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
+  strides.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
+  strides.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
+  const bool ran = try_bwd_head_dim<64>(p, strides, workspace, stream) || try_bwd_head_dim<128>(p, strides, workspace, stream);
+  // bwd_refusal() rejects these first; reaching here means a caller skipped it.
+  FT_CHECK(ran, "sm90 backward: no kernel for dtype ", dtype_name(p.dtype), ", head dim ", p.dim_qk,
            "; built head dims: ", FLASHTRAIN_HDIMS_BUILT);
 }
 

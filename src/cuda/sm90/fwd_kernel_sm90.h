@@ -11,6 +11,7 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "../../common/mask.h"
+#include "device_code_sm90.h"
 #include "fwd_epilogue_sm90.h"
 #include "fwd_kernel_traits_sm90.h"
 #include "fwd_mainloop_sm90.h"
@@ -18,9 +19,6 @@
 #include "fwd_softmax_sm90.h"
 #include "fwd_tile_scheduler_sm90.h"
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define FLASHTRAIN_SM90_DEVICE_CODE 1
-#endif
 
 namespace flashtrain::cuda::sm90 {
 

@@ -1,0 +1,290 @@
+// Backward stage 2 on Hopper: the main kernel on wgmma and TMA, between the sm80 preprocess
+// (lse * log2e, D = rowsum(dO * O), dQ accumulator zeroed) and the sm80 postprocess (fp32 dQ
+// rounded into dq), over the same workspace (src/cuda/sm80/bwd_plan.h).
+//
+// Grid (KV tiles, batch, KV heads * head chunks), two warpgroups per block (bwd_kernel_traits_sm90.h).
+// Per step (one 64-row Q tile of one query head), warpgroup w with keys [64 w, 64 w + 64):
+//   S^T  = K Q^T,  dP^T = V dO^T                          (wgmma, shared x shared, in flight together)
+//   P^T  = exp2(S^T * scale log2e - lse log2e)             (0 outside the mask and for rows past Sq)
+//   dV  += P^T dO                                          (wgmma, P^T from registers)
+//   dS^T = P^T * (dP^T - D)  -> registers and shared memory
+//   dK  += dS^T Q                                          (wgmma, dS^T from registers)
+//   dQ   = dS K (columns split over the warpgroups), added into dq_accum * scale with fp32 atomics
+// The Q / dO tiles of the next step are fetched by TMA (one thread) into the other stage while
+// this step computes. dK (times scale) and dV are written once at the end.
+#pragma once
+#include <cmath>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "../../common/mask.h"
+#include "../common/fast_math.h"
+#include "../common/mask_tile.h"
+#include "../sm80/bwd_epilogue.h"
+#include "../sm80/bwd_params.h"
+#include "bwd_kernel_traits_sm90.h"
+#include "device_code_sm90.h"
+#include "wgmma_utils_sm90.h"
+
+
+namespace flashtrain::cuda::sm90 {
+
+template <class Traits>
+struct BwdKernelParams {
+  sm80::BwdParams p;
+  typename Traits::TmaLoadQdO tma_q;
+  typename Traits::TmaLoadQdO tma_do;
+  typename Traits::TmaLoadKV tma_k;
+  typename Traits::TmaLoadKV tma_v;
+  typename Traits::ShapeQKV shape_q;
+  typename Traits::ShapeQKV shape_k;
+};
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kNumThreads, 1)
+    bwd_kernel_sm90(const __grid_constant__ BwdKernelParams<Traits> kp) {
+#ifdef FLASHTRAIN_SM90_DEVICE_CODE
+  using namespace cute;
+  using cutlass::arch::ClusterBarrier;
+  using cutlass::arch::ClusterTransactionBarrier;
+  using Element = typename Traits::Element;
+  using SharedStorage = typename Traits::SharedStorage;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStages = Traits::kStages;
+  using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
+
+  const sm80::BwdParams& p = kp.p;
+  extern __shared__ __align__(Traits::kSmemAlign) char smem[];
+  SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int n_block = static_cast<int>(blockIdx.x);
+  const int b = static_cast<int>(blockIdx.y);
+  const int hk = static_cast<int>(blockIdx.z) / p.head_chunks;
+  const int hq_begin = hk * p.group + (static_cast<int>(blockIdx.z) % p.head_chunks) * p.heads_per_chunk;
+  const sm80::SeqGeometry geo(p, b);
+  const int n0 = n_block * kBlockN;
+  if (n0 >= geo.len_k) return;
+  const MaskSpec mask = geo.mask(p);
+  // The column range is the whole tile (not clipped at len_k) so that first_key_tile() inverts it.
+  const TileRange m_tiles = visible_query_tiles(mask, n0, n0 + kBlockN, geo.len_q, kBlockM);
+  const int m_begin = m_tiles.begin;
+  const int m_count = m_tiles.empty() ? 0 : m_tiles.end - m_tiles.begin;
+  const int num_steps = m_count * p.heads_per_chunk;
+
+  // ---- shared memory and TMA --------------------------------------------------------------
+  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sKt = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKt{});
+  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Traits::SmemLayoutKV{});
+  Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdO{});
+  Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdOt{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdO{});
+  Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdOt{});
+  Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdS{});
+  Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdSt{});
+
+  if (tid == 0) {
+    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    ClusterBarrier::init(&s.kv_full, 1);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kStages; ++i) ClusterBarrier::init(&s.qdo_full[i], 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  // Step t covers query head hq_begin + t / m_count and Q tile m_begin + t % m_count.
+  auto step_head = [&](int step) { return hq_begin + step / m_count; };
+  auto step_m_block = [&](int step) { return m_begin + step % m_count; };
+
+  // One thread: Q and dO of `step` into `stage` (TMA zero-fills rows past Sq).
+  auto load_qdo = [&](int step, int stage) {
+    const int hq = step_head(step);
+    const int m_block = step_m_block(step);
+    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, hq, b);
+    Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, hq, b);
+    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+    Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+    auto cta_q = kp.tma_q.get_slice(_0{});
+    auto cta_do = kp.tma_do.get_slice(_0{});
+    ClusterTransactionBarrier::arrive_and_expect_tx(&s.qdo_full[stage], 2 * Traits::kTmaBytesQ);
+    copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
+    copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
+  };
+  // Threads [0, kBlockM) fetch lse * log2e of the step's rows, [kBlockM, 2 kBlockM) fetch D, with
+  // cp.async (made visible by the block barrier that ends the step issuing them). Rows past the
+  // sequence get lse = +inf (P = 0) and D = 0.
+  auto load_stats = [&](int step, int stage) {
+    if (tid < 2 * kBlockM) {
+      const bool is_lse = tid < kBlockM;
+      const int row = is_lse ? tid : tid - kBlockM;
+      const int i = step_m_block(step) * kBlockM + row;
+      float* dst = is_lse ? &s.lse_log2[stage][row] : &s.dsum[stage][row];
+      if (i < geo.len_q) {
+        const float* src =
+            (is_lse ? p.lse_log2 : p.dsum) + static_cast<int64_t>(step_head(step)) * p.total_q + geo.row_q + i;
+        SM80_CP_ASYNC_CACHEALWAYS<float>::copy(*src, *dst);
+      } else {
+        *dst = is_lse ? INFINITY : 0.0f;
+      }
+    }
+    cute::cp_async_fence();
+  };
+
+  if (num_steps > 0) {
+    if (tid == 0) {
+      Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b);
+      Tensor mV = kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, hk, b);
+      Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
+      Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
+      auto cta_k = kp.tma_k.get_slice(_0{});
+      auto cta_v = kp.tma_v.get_slice(_0{});
+      ClusterTransactionBarrier::arrive_and_expect_tx(&s.kv_full, 2 * Traits::kTmaBytesKV);
+      copy(kp.tma_k.with(s.kv_full), cta_k.partition_S(gK), cta_k.partition_D(sK));
+      copy(kp.tma_v.with(s.kv_full), cta_v.partition_S(gV), cta_v.partition_D(sV));
+      load_qdo(0, 0);
+    }
+    load_stats(0, 0);
+    cute::cp_async_wait<0>();
+    __syncthreads();
+  }
+
+  // ---- MMA partitions ----------------------------------------------------------------------
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);     // descriptors, this warpgroup's 64 keys
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, MMA_N, MMA_K, stages)
+  Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stages)
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+  Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // where this thread's dS^T values go in shared memory
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  // (key, query) coordinates of this thread's S^T elements inside the tile.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileSdP{}));
+  Tensor coords = make_tensor(tScS.data(), accumulator_rowcol(tScS.layout()));
+  constexpr int kRows = decltype(size<0>(coords))::value;  // keys of this thread
+  constexpr int kCols = decltype(size<1>(coords))::value;  // queries of this thread
+
+  CUTLASS_PRAGMA_NO_UNROLL
+  for (int step = 0; step < num_steps; ++step) {
+    const int stage = step % kStages;
+    const int hq = step_head(step);
+    const int m_block = step_m_block(step);
+    const int m0 = m_block * kBlockM;
+    if (step + 1 < num_steps) {
+      if (tid == 0) load_qdo(step + 1, stage ^ 1);
+      load_stats(step + 1, stage ^ 1);
+    }
+    if (step == 0) ClusterBarrier::wait(&s.kv_full, 0);
+    ClusterBarrier::wait(&s.qdo_full[stage], static_cast<uint32_t>((step / kStages) & 1));
+
+    Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
+    wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+    wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
+
+    // Row statistics of this thread's query columns.
+    float lse2[kCols], dsum[kCols];
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      const int q = get<1>(coords(0, c));
+      lse2[c] = s.lse_log2[stage][q];
+      dsum[c] = s.dsum[stage][q];
+    }
+    // Keys outside a query row's window need masking unless every row of the tile sees every
+    // key of the tile (rows past Sq have lse = +inf, so their P is 0 anyway).
+    const int last_row = (m0 + kBlockM < geo.len_q ? m0 + kBlockM : geo.len_q) - 1;
+    const bool interior = mask.col_begin(last_row) <= n0 && mask.col_end(m0) >= n0 + kBlockN;
+
+    warpgroup_wait<1>();  // S^T landed; dP^T may still be in flight
+    warpgroup_fence_operand(tSrS);
+    Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
+    const float scale_log2 = p.scale_log2;
+    if (interior) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int c = 0; c < kCols; ++c) scores(r, c) = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2[c]));
+      }
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        const int i = m0 + get<1>(coords(0, c));
+        const int begin = static_cast<int>(mask.col_begin(i)) - n0;
+        const int end = (i < geo.len_q ? static_cast<int>(mask.col_end(i)) : 0) - n0;
+        CUTLASS_PRAGMA_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          const int j = get<0>(coords(r, 0));
+          const float prob = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2[c]));
+          scores(r, c) = (j >= begin && j < end) ? prob : 0.0f;
+        }
+      }
+    }
+    Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
+    convert_fragment(tSrS, tOrP);
+    wgmma_gemm<false, -1>(mma_dkv, tOrP, tdVrdOt(_, _, _, stage), acc_dv);
+
+    warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
+    warpgroup_fence_operand(tdPrdP);
+    Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < kCols; ++c) dp(r, c) = scores(r, c) * (dp(r, c) - dsum[c]);
+    }
+    Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
+    convert_fragment(tdPrdP, tOrdS);
+    {
+      // The same registers in the accumulator's layout, for the shared-memory copy of dS^T.
+      Tensor tdSrdS = make_tensor(tOrdS.data(), tdPrdP.layout());
+      copy(tdSrdS, tdSsdS);
+    }
+    wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
+    cutlass::arch::fence_view_async_shared();  // dS stores visible to the wgmma (async proxy)
+    __syncthreads();                           // both warpgroups' keys of dS written
+
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    wgmma_gemm<true, 0>(mma_dq, tdQrdS, tdQrKt, acc_dq);  // also waits for dV and dK
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(acc_dv);
+    {
+      int* sema = p.deterministic ? sm80::dq_semaphore(p, b, hq, m_block) : nullptr;
+      if (p.deterministic)
+        sm80::wait_dq_turn(sema, n_block - first_key_tile(mask, m0, kBlockN));
+      float* base = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0) * p.heads_q + hq) * kHeadDim;
+      Tensor gdQ = make_tensor(make_gmem_ptr(base), Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                               make_stride(static_cast<int64_t>(p.heads_q) * kHeadDim, _1{}));
+      Tensor tdQgdQ = thr_dq.partition_C(gdQ);
+      const Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+      sm80::add_rows_atomic(tdQgdQ, tdQcdQ, acc_dq, geo.len_q - m0, p.scale);
+      if (p.deterministic) sm80::pass_dq_turn(sema);
+    }
+    cute::cp_async_wait<0>();  // the next step's row statistics
+    __syncthreads();           // this stage's Q / dO / statistics and dS may be overwritten
+  }
+
+  // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
+  sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);
+#endif
+}
+
+}  // namespace flashtrain::cuda::sm90

@@ -1,0 +1,118 @@
+// Compile-time shape of the sm90a backward main kernel for one (head dim, element type): tile
+// sizes, the four wgmma tiled MMAs, shared-memory layouts and the TMA copy types.
+//
+// One block owns a kBlockN = 128 row KV tile and walks the 64-row Q tiles that see it. Two
+// warpgroups split the KV tile: warpgroup w owns key rows [64 w, 64 w + 64), so it computes the
+// transposed tiles S^T = K Q^T and dP^T = V dO^T of its keys, keeps dK and dV of its keys in
+// registers and feeds P^T / dS^T from registers straight into the dV / dK GEMMs. dQ = dS K needs
+// every key, so dS^T goes through shared memory and the two warpgroups split dQ's columns.
+#pragma once
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+
+namespace flashtrain::cuda::sm90 {
+
+template <int kHeadDim_, typename Element_>
+struct BwdTraits {
+  using Element = Element_;
+  using ElementAccum = float;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kDimQK = kHeadDim;  // the names sm80::store_dkv reads
+  static constexpr int kDimV = kHeadDim;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward: head dim must be 64 or 128");
+  static_assert(cute::is_same_v<Element, cutlass::half_t> || cute::is_same_v<Element, cutlass::bfloat16_t>,
+                "sm90 backward: element type must be fp16 or bf16");
+
+  // The sm80 plan (bwd_plan.h) sizes the dQ semaphores and the grid with the same tile.
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kBlockN = 128;  // key rows per block
+  static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
+  static constexpr int kNumWarpGroups = 2;
+  static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
+  static constexpr int kNumThreads = kNumWarpGroups * kThreadsPerWarpGroup;
+  static constexpr int kKeysPerWarpGroup = kBlockN / kNumWarpGroups;
+  static_assert(kKeysPerWarpGroup == 64, "one 64-row wgmma slab of keys per warpgroup");
+
+  using Int_M = cute::Int<kBlockM>;
+  using Int_N = cute::Int<kBlockN>;
+  using Int_D = cute::Int<kHeadDim>;
+
+  // S^T = K Q^T and dP^T = V dO^T: (keys x queries x D), both operands K-major in shared memory.
+  using TileShapeSdP = cute::Shape<Int_N, Int_M, Int_D>;
+  using TiledMmaSdP = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapeSdP>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  // dV += P^T dO and dK += dS^T Q: (keys x D x queries); A = P^T / dS^T from registers, B = dO /
+  // Q read transposed (D contiguous, so MN-major).
+  using TileShapedKV = cute::Shape<Int_N, Int_D, Int_M>;
+  using TiledMmadKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapedKV, cute::GMMA::Major::K,
+                                 cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
+  // dQ = dS K: (queries x D x keys); the warpgroups split D. A = dS from shared memory (queries
+  // contiguous, MN-major), B = K read transposed (MN-major).
+  using TileShapedQAtom = cute::Shape<Int_M, cute::Int<kHeadDim / kNumWarpGroups>, Int_N>;
+  using TileShapedQ = cute::Shape<Int_M, Int_D, Int_N>;
+  using TiledMmadQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapedQAtom, cute::GMMA::Major::MN,
+                                 cute::GMMA::Major::MN>(),
+      cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
+
+  using SmemAtomK = cute::GMMA::Layout_K_SW128_Atom<Element>;  // 8 x 64 elements, D contiguous
+  static_assert(kHeadDim % cute::size<1>(SmemAtomK{}) == 0, "head dim must be a multiple of the swizzle row");
+  using SmemLayoutKV = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_N, Int_D>{}));
+  // K^T (D x keys) over K's bytes: the B operand of dQ = dS K.
+  using SmemLayoutKt = decltype(cute::composition(
+      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_N>{}, cute::Step<cute::_2, cute::_1>{})));
+  using SmemLayoutQdO = decltype(cute::tile_to_shape(
+      SmemAtomK{}, cute::Shape<Int_M, Int_D, cute::Int<kStages>>{}));
+  // Q^T / dO^T (D x queries x stages): the B operands of dK += dS^T Q and dV += P^T dO.
+  using SmemLayoutQdOt = decltype(cute::composition(
+      SmemLayoutQdO{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_M, cute::Int<kStages>>{},
+                                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  // dS (queries x keys), queries contiguous: written from the dS^T accumulators (whose register
+  // pairs are adjacent queries) and read as the MN-major A operand of dQ = dS K.
+  using SmemAtomdS = cute::GMMA::Layout_MN_SW128_Atom<Element>;  // 64 x 8 elements, queries contiguous
+  using SmemLayoutdS = decltype(cute::tile_to_shape(SmemAtomdS{}, cute::Shape<Int_M, Int_N>{}));
+  // dS^T (keys x queries) over the same bytes, partitioned like the S^T accumulator.
+  using SmemLayoutdSt = decltype(cute::composition(
+      SmemLayoutdS{}, cute::make_layout(cute::Shape<Int_N, Int_M>{}, cute::Stride<Int_M, cute::_1>{})));
+
+  // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
+  using ShapeQKV = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using StrideQKV = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GmemLayoutQKV = cute::Layout<ShapeQKV, StrideQKV>;
+  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                                GmemLayoutQKV{}));
+  using TmaLoadQdO = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
+                                                  cute::take<0, 2>(SmemLayoutQdO{}), cute::Shape<Int_M, Int_D>{},
+                                                  cute::_1{}));
+  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
+                                                 cute::Shape<Int_N, Int_D>{}, cute::_1{}));
+
+  static constexpr uint32_t kTmaBytesQ = sizeof(Element) * kBlockM * kHeadDim;
+  static constexpr uint32_t kTmaBytesKV = sizeof(Element) * kBlockN * kHeadDim;
+
+  // 1024-byte alignment: the period of the 128-byte swizzle, which TMA and wgmma both assume.
+  static constexpr int kSmemAlign = 1024;
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, kSmemAlign> ds;
+    float lse_log2[kStages][kBlockM];  // lse * log2(e) of the stage's rows (+inf past the sequence)
+    float dsum[kStages][kBlockM];      // D = rowsum(dO * O) of the stage's rows (0 past the sequence)
+    uint64_t kv_full;                  // TMA of K and V landed
+    uint64_t qdo_full[kStages];        // TMA of a Q and dO tile landed
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");
+};
+
+}  // namespace flashtrain::cuda::sm90

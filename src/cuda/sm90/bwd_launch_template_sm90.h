@@ -1,0 +1,64 @@
+// Host side of the sm90 backward for one (element type, head dim): the sm80 preprocess, the sm90
+// main kernel (TMA descriptors built here), the sm80 postprocess, all on `stream` over the
+// workspace sm80::bwd_workspace_size describes. Included only by the generated instantiation
+// files (src/cuda/instantiations/bwd_hdim{D}_{fp16|bf16}_sm90.cu).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "../common/cuda_check.h"
+#include "../sm80/bwd_params.h"
+#include "../sm80/bwd_plan.h"
+#include "../sm80/bwd_postprocess.h"
+#include "../sm80/bwd_preprocess.h"
+#include "bwd_args_sm90.h"
+#include "bwd_kernel_sm90.h"
+
+namespace flashtrain::cuda::sm90 {
+
+template <typename Element, int kHeadDim>
+void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void* workspace, cudaStream_t stream) {
+  using namespace cute;
+  using Traits = BwdTraits<kHeadDim, Element>;
+  const sm80::BwdPlan plan = sm80::make_bwd_plan(problem);
+  FT_CHECK(plan.block_m == Traits::kBlockM && plan.block_n == Traits::kBlockN, "sm90 backward: the sm80 plan's tile (",
+           plan.block_m, " x ", plan.block_n, ") differs from the kernel's (", Traits::kBlockM, " x ",
+           Traits::kBlockN, ")");
+  BwdKernelParams<Traits> kp{};
+  kp.p = sm80::make_bwd_params(problem, plan, workspace);
+
+  auto gmem = [](const void* ptr, int seqlen, int heads, int batch, const FwdStrides& s) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)),
+                       make_layout(make_shape(seqlen, kHeadDim, heads, batch), make_stride(s.seq, _1{}, s.head, s.batch)));
+  };
+  const int batch = static_cast<int>(problem.batch);
+  const int sq = static_cast<int>(problem.max_seqlen_q), sk = static_cast<int>(problem.max_seqlen_k);
+  const int hq = static_cast<int>(problem.heads_q), hk = static_cast<int>(problem.heads_k);
+  auto mQ = gmem(problem.q.data, sq, hq, batch, strides.q);
+  auto mdO = gmem(problem.dout.data, sq, hq, batch, strides.dout);
+  auto mK = gmem(problem.k.data, sk, hk, batch, strides.k);
+  auto mV = gmem(problem.v.data, sk, hk, batch, strides.v);
+  using TileQ = Shape<Int<Traits::kBlockM>, Int<kHeadDim>>;
+  using TileKV = Shape<Int<Traits::kBlockN>, Int<kHeadDim>>;
+  kp.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename Traits::SmemLayoutQdO{}), TileQ{}, _1{});
+  kp.tma_do = make_tma_copy(SM90_TMA_LOAD{}, mdO, take<0, 2>(typename Traits::SmemLayoutQdO{}), TileQ{}, _1{});
+  kp.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename Traits::SmemLayoutKV{}, TileKV{}, _1{});
+  kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutKV{}, TileKV{}, _1{});
+  kp.shape_q = mQ.shape();
+  kp.shape_k = mK.shape();
+
+  sm80::launch_bwd_preprocess<Element, kHeadDim, kHeadDim>(kp.p, stream);
+  check_launch("bwd_preprocess");
+  if (plan.n_blocks > 0 && batch > 0) {
+    auto kernel = bwd_kernel_sm90<Traits>;
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+                  "sm90 backward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
+    const dim3 grid(static_cast<unsigned>(plan.n_blocks), static_cast<unsigned>(batch),
+                    static_cast<unsigned>(hk * plan.head_chunks));
+    kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
+    check_launch("flashtrain::cuda::sm90::bwd_kernel_sm90");
+  }
+  sm80::launch_bwd_postprocess<Element, kHeadDim, kHeadDim>(kp.p, stream);
+  check_launch("bwd_postprocess");
+}
+
+}  // namespace flashtrain::cuda::sm90
