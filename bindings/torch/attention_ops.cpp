@@ -14,13 +14,13 @@ const char* const kForwardSchema =
     "fwd(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
     "int max_seqlen_q, int max_seqlen_k, float dropout_p, float? softmax_scale, bool causal, "
     "bool causal_top_left, int window_left, int window_right, float softcap, "
-    "Tensor? alibi_slopes, Tensor? rng_state) -> (Tensor out, Tensor lse)";
+    "Tensor? alibi_slopes, Tensor? rng_state, Tensor(a!)? report=None) -> (Tensor out, Tensor lse)";
 const char* const kBackwardSchema =
     "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
     "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
     "float dropout_p, float? softmax_scale, bool causal, bool causal_top_left, int window_left, "
     "int window_right, float softcap, Tensor? alibi_slopes, Tensor? rng_state, "
-    "bool deterministic) -> (Tensor dq, Tensor dk, Tensor dv)";
+    "bool deterministic, Tensor(a!)? report=None) -> (Tensor dq, Tensor dk, Tensor dv)";
 const char* const kBackendSchema =
     "backend(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
     "int max_seqlen_q, int max_seqlen_k, float dropout_p, float? softmax_scale, bool causal, "
@@ -60,6 +60,50 @@ void read_rng_state(const c10::optional<at::Tensor>& rng_state, double dropout_p
   options.seed = static_cast<uint64_t>(values[0]);
   options.offset = static_cast<uint64_t>(values[1]);
 }
+
+// report: an optional CPU float64 tensor of kReportFields elements holding a NumericsReport's
+// fields in declaration order (python/flashtrain/numerics.py names them). The call merges its
+// telemetry into it, as flashtrain::forward/backward merge into a NumericsReport.
+constexpr int64_t kReportFields = 8;
+
+class ReportTensor {
+ public:
+  explicit ReportTensor(const c10::optional<at::Tensor>& t) : tensor_(t) {
+    if (!tensor_.has_value()) return;
+    const at::Tensor& r = *tensor_;
+    FT_CHECK(r.device().is_cpu() && r.scalar_type() == at::kDouble && r.numel() == kReportFields &&
+                 r.is_contiguous(),
+             "report must be a contiguous CPU float64 tensor of ", kReportFields,
+             " elements (the NumericsReport fields), got ", c10::toString(r.scalar_type()), " shape ",
+             r.sizes(), " on ", r.device().str());
+    const double* f = r.data_ptr<double>();
+    report_.max_abs_scaled_logit = f[0];
+    report_.lse_min = f[1];
+    report_.lse_max = f[2];
+    report_.fully_masked_rows = static_cast<int64_t>(f[3]);
+    report_.safe_mode_reruns = static_cast<int64_t>(f[4]);
+    report_.max_abs_ds = f[5];
+    report_.forward_calls = static_cast<int64_t>(f[6]);
+    report_.backward_calls = static_cast<int64_t>(f[7]);
+  }
+  NumericsReport* get() { return tensor_.has_value() ? &report_ : nullptr; }
+  void write_back() {
+    if (!tensor_.has_value()) return;
+    double* f = tensor_->data_ptr<double>();
+    f[0] = report_.max_abs_scaled_logit;
+    f[1] = report_.lse_min;
+    f[2] = report_.lse_max;
+    f[3] = static_cast<double>(report_.fully_masked_rows);
+    f[4] = static_cast<double>(report_.safe_mode_reruns);
+    f[5] = report_.max_abs_ds;
+    f[6] = static_cast<double>(report_.forward_calls);
+    f[7] = static_cast<double>(report_.backward_calls);
+  }
+
+ private:
+  c10::optional<at::Tensor> tensor_;
+  NumericsReport report_;
+};
 
 // Everything but the tensors q, k, v (and backward's extra tensors).
 AttentionOptions make_options(const c10::optional<at::Tensor>& cu_seqlens_q,
@@ -135,19 +179,23 @@ std::tuple<at::Tensor, at::Tensor> forward_op(
     int64_t max_seqlen_q, int64_t max_seqlen_k, double dropout_p,
     c10::optional<double> softmax_scale, bool causal, bool causal_top_left, int64_t window_left,
     int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
-    const c10::optional<at::Tensor>& rng_state, const ExecutionContext& context) {
+    const c10::optional<at::Tensor>& rng_state, const c10::optional<at::Tensor>& report,
+    const ExecutionContext& context) {
   return with_python_errors([&] {
     const TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v");
-    const AttentionOptions o =
+    ReportTensor telemetry(report);
+    AttentionOptions o =
         make_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                      softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
                      alibi_slopes, rng_state, context);
+    o.report = telemetry.get();
     require_output_ranks(q, v, qv, kv, vv, o);
     std::vector<int64_t> out_shape(q.sizes().begin(), q.sizes().end());
     out_shape.back() = v.size(-1);
     at::Tensor out = at::empty(out_shape, q.options());
     at::Tensor lse = empty_lse(q);
     forward(qv, kv, vv, to_view(out, "out"), to_view(lse, "lse"), o);
+    telemetry.write_back();
     return std::make_tuple(out, lse);
   });
 }
@@ -159,14 +207,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
     double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
     int64_t window_left, int64_t window_right, double softcap,
     const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
-    bool deterministic, const ExecutionContext& context) {
+    bool deterministic, const c10::optional<at::Tensor>& report, const ExecutionContext& context) {
   return with_python_errors([&] {
     const TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v");
+    ReportTensor telemetry(report);
     AttentionOptions o =
         make_options(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                      softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
                      alibi_slopes, rng_state, context);
     o.deterministic = deterministic;
+    o.report = telemetry.get();
     require_output_ranks(q, v, qv, kv, vv, o);
     // Gradients are contiguous whatever the inputs' strides (the fake registration says the same).
     at::Tensor dq = at::empty(q.sizes(), q.options());
@@ -183,6 +233,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
     }
     backward(qv, kv, vv, to_view(out, "out"), to_view(lse, "lse"), to_view(dout, "dout"),
              to_view(dq, "dq"), to_view(dk, "dk"), to_view(dv, "dv"), o);
+    telemetry.write_back();
     return std::make_tuple(dq, dk, dv);
   });
 }

@@ -36,7 +36,8 @@ std::tuple<at::Tensor, at::Tensor> forward_op(
     int64_t max_seqlen_q, int64_t max_seqlen_k, double dropout_p,
     c10::optional<double> softmax_scale, bool causal, bool causal_top_left, int64_t window_left,
     int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
-    const c10::optional<at::Tensor>& rng_state, const ExecutionContext& context);
+    const c10::optional<at::Tensor>& rng_state, const c10::optional<at::Tensor>& report,
+    const ExecutionContext& context);
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
     const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -45,7 +46,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
     double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
     int64_t window_left, int64_t window_right, double softcap,
     const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
-    bool deterministic, const ExecutionContext& context);
+    bool deterministic, const c10::optional<at::Tensor>& report, const ExecutionContext& context);
 
 // Kernel functions with the exact schema signatures, for m.impl(). DeviceScope is constructed
 // from q for the duration of the call and provides context().
@@ -56,11 +57,11 @@ std::tuple<at::Tensor, at::Tensor> forward_kernel(
     int64_t max_seqlen_q, int64_t max_seqlen_k, double dropout_p,
     c10::optional<double> softmax_scale, bool causal, bool causal_top_left, int64_t window_left,
     int64_t window_right, double softcap, const c10::optional<at::Tensor>& alibi_slopes,
-    const c10::optional<at::Tensor>& rng_state) {
+    const c10::optional<at::Tensor>& rng_state, const c10::optional<at::Tensor>& report) {
   const DeviceScope scope(q);
   return forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                     softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
-                    alibi_slopes, rng_state, scope.context());
+                    alibi_slopes, rng_state, report, scope.context());
 }
 
 // backend_op on the tensors' device: the CUDA scope makes q's device current, as for fwd, so
@@ -87,11 +88,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_kernel(
     double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
     int64_t window_left, int64_t window_right, double softcap,
     const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
-    bool deterministic) {
+    bool deterministic, const c10::optional<at::Tensor>& report) {
   const DeviceScope scope(q);
   return backward_op(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, dropout_p, softmax_scale, causal, causal_top_left, window_left,
-                     window_right, softcap, alibi_slopes, rng_state, deterministic,
+                     window_right, softcap, alibi_slopes, rng_state, deterministic, report,
                      scope.context());
 }
 

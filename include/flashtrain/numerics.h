@@ -18,7 +18,9 @@ struct NumericsReport {
   double lse_min = std::numeric_limits<double>::infinity();   // over rows that see a key
   double lse_max = -std::numeric_limits<double>::infinity();
   int64_t fully_masked_rows = 0;     // rows with no visible key (out = 0, lse = -inf)
-  int64_t safe_mode_reruns = 0;      // backward reruns in safe mode after a non-finite intermediate
+  int64_t safe_mode_reruns = 0;      // backward reruns in safe mode after a non-finite gradient or
+                                     // intermediate (also when an input was non-finite: the rerun
+                                     // cannot help those, NaN in NaN out)
   double max_abs_ds = 0.0;           // max |dS| seen in backward
   int64_t forward_calls = 0;
   int64_t backward_calls = 0;

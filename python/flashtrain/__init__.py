@@ -4,7 +4,7 @@
     from flashtrain import scaled_dot_product_attention       # torch SDPA's API
     flashtrain.integrations.transformers.register()           # attn_implementation="flashtrain"
 """
-from . import checkpoint, integrations, ops
+from . import checkpoint, integrations, numerics, ops
 from .interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                         flash_attn_varlen_func, scaled_dot_product_attention)
 
@@ -17,6 +17,7 @@ __all__ = [
     "flash_attn_qkvpacked_func",
     "flash_attn_varlen_func",
     "integrations",
+    "numerics",
     "ops",
     "scaled_dot_product_attention",
 ]

@@ -6,7 +6,7 @@ attention probabilities from them, so memory stays O(sequence length).
 """
 import torch
 
-from . import checkpoint, ops
+from . import checkpoint, numerics, ops
 
 
 def _last_dim_contiguous(t):
@@ -24,9 +24,11 @@ class FlashAttentionFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                 softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
                 alibi_slopes, rng_state, deterministic):
+        # The monitor open now also receives this call's backward telemetry.
+        ctx.report = numerics.active_report()
         out, lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p, softmax_scale, causal, causal_top_left, window_left,
-                           window_right, softcap, alibi_slopes, rng_state)
+                           window_right, softcap, alibi_slopes, rng_state, ctx.report)
         ctx.save_for_backward(q, k, v, out, lse, rng_state, cu_seqlens_q, cu_seqlens_k,
                               alibi_slopes)
         ctx.options = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
@@ -43,7 +45,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         dq, dk, dv = ops.bwd(_last_dim_contiguous(dout), q, k, v, out, lse, cu_seqlens_q,
                              cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                              causal, causal_top_left, window_left, window_right, softcap,
-                             alibi_slopes, rng_state, ctx.deterministic)
+                             alibi_slopes, rng_state, ctx.deterministic, ctx.report)
         return (dq, dk, dv) + (None,) * 14
 
 

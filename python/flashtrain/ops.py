@@ -4,7 +4,9 @@ registrations so torch.compile (torch >= 2.4) can trace them without running the
 fwd(q, k, v, ...) -> (out, lse); bwd(dout, q, k, v, out, lse, ...) -> (dq, dk, dv);
 backend(q, k, v, ...) -> "cpu" | "cuda", the backend fwd would choose.
 rng_state is a CPU int64 tensor (seed, offset) that keys the dropout mask, or None when
-dropout_p == 0. Errors in the inputs raise ValueError with the C++ library's message.
+dropout_p == 0. report is None or a CPU float64 tensor that the call merges its numerics telemetry
+into (flashtrain.numerics: new_report_tensor() and FIELDS). Errors in the inputs raise ValueError
+with the C++ library's message.
 """
 import torch
 
@@ -31,22 +33,24 @@ def draw_rng_state():
 
 def fwd(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
         dropout_p=0.0, softmax_scale=None, causal=False, causal_top_left=False, window_left=-1,
-        window_right=-1, softcap=0.0, alibi_slopes=None, rng_state=None):
-    return _ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    float(dropout_p), None if softmax_scale is None else float(softmax_scale),
-                    bool(causal), bool(causal_top_left), int(window_left), int(window_right),
-                    float(softcap), alibi_slopes, rng_state)
+        window_right=-1, softcap=0.0, alibi_slopes=None, rng_state=None, report=None):
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, float(dropout_p),
+            None if softmax_scale is None else float(softmax_scale), bool(causal),
+            bool(causal_top_left), int(window_left), int(window_right), float(softcap),
+            alibi_slopes, rng_state)
+    # Without a report the call has the operator's original arity (report defaults to None).
+    return _ops.fwd(*args) if report is None else _ops.fwd(*args, report)
 
 
 def bwd(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
         max_seqlen_k=0, dropout_p=0.0, softmax_scale=None, causal=False, causal_top_left=False,
         window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None, rng_state=None,
-        deterministic=False):
-    return _ops.bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                    max_seqlen_k, float(dropout_p),
-                    None if softmax_scale is None else float(softmax_scale), bool(causal),
-                    bool(causal_top_left), int(window_left), int(window_right), float(softcap),
-                    alibi_slopes, rng_state, bool(deterministic))
+        deterministic=False, report=None):
+    args = (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+            float(dropout_p), None if softmax_scale is None else float(softmax_scale),
+            bool(causal), bool(causal_top_left), int(window_left), int(window_right),
+            float(softcap), alibi_slopes, rng_state, bool(deterministic))
+    return _ops.bwd(*args) if report is None else _ops.bwd(*args, report)
 
 
 def backend(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
@@ -68,7 +72,7 @@ def _check_rank(q):
 
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
               softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
-              alibi_slopes, rng_state):
+              alibi_slopes, rng_state, report=None):
     # Shapes only; the C++ operator allocates the same contiguous tensors.
     _check_rank(q)
     out = q.new_empty((*q.shape[:-1], v.shape[-1]))
@@ -81,7 +85,7 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, d
 
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               dropout_p, softmax_scale, causal, causal_top_left, window_left, window_right,
-              softcap, alibi_slopes, rng_state, deterministic):
+              softcap, alibi_slopes, rng_state, deterministic, report=None):
     _check_rank(q)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 

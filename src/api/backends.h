@@ -29,6 +29,9 @@ void forward(const Problem& p);
 void backward(const Problem& p);
 std::size_t backward_workspace_size(const Problem& p);
 bool device_available();
+// Row-major index of the first non-finite element of a CUDA tensor (fp16, bf16 or fp32), -1 when
+// every element is finite; *value gets the element. Runs on `stream` (cudaStream_t) and waits.
+int64_t first_nonfinite(const TensorView& t, void* stream, double* value);
 }  // namespace cuda
 
 }  // namespace flashtrain

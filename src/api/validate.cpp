@@ -11,6 +11,7 @@
 
 #include "../common/dtype.h"
 #include "../common/philox.h"
+#include "backends.h"
 
 namespace flashtrain {
 namespace {
@@ -441,8 +442,29 @@ Problem make_backward_problem(const TensorView& q, const TensorView& k, const Te
   return p;
 }
 
+namespace {
+
+// Row-major index of the first non-finite element of a host tensor, -1 if none.
+int64_t first_nonfinite_host(const TensorView& t, double* value) {
+  const int64_t n = t.numel();
+  for (int64_t linear = 0; linear < n; ++linear) {
+    int64_t rem = linear, offset = 0;
+    for (int d = t.ndim - 1; d >= 0; --d) {
+      offset += (rem % t.shape[d]) * t.stride[d];
+      rem /= t.shape[d];
+    }
+    const double x = load_as_double(t.data, t.dtype, offset);
+    if (!std::isfinite(x)) {
+      *value = x;
+      return linear;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
 void check_finite_inputs(const Problem& p, bool backward) {
-  if (p.device != Device::kCPU) return;
   struct Input {
     const char* name;
     const TensorView* t;
@@ -451,24 +473,23 @@ void check_finite_inputs(const Problem& p, bool backward) {
   if (backward) inputs.push_back({"dout", &p.dout});
   for (const Input& in : inputs) {
     const TensorView& t = *in.t;
+    double x = 0.0;
+    // The scan is the one place the API reads tensor data; on the GPU it is a kernel (and a
+    // synchronisation, the price of asking for check mode).
+    const int64_t linear = t.device == Device::kCUDA ? cuda::first_nonfinite(t, p.stream, &x)
+                                                     : first_nonfinite_host(t, &x);
+    if (linear < 0) continue;
     int64_t idx[TensorView::kMaxDims] = {0, 0, 0, 0};
-    const int64_t n = t.numel();
-    for (int64_t linear = 0; linear < n; ++linear) {
-      int64_t rem = linear, offset = 0;
-      for (int d = t.ndim - 1; d >= 0; --d) {
-        idx[d] = rem % t.shape[d];
-        rem /= t.shape[d];
-        offset += idx[d] * t.stride[d];
-      }
-      const double x = load_as_double(t.data, t.dtype, offset);
-      if (!std::isfinite(x)) {
-        std::ostringstream os;
-        os << "non-finite input: " << in.name << '[';
-        for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << idx[d];
-        os << "] = " << x << " (nonfinite_inputs = check)";
-        throw Error(os.str());
-      }
+    int64_t rem = linear;
+    for (int d = t.ndim - 1; d >= 0; --d) {
+      idx[d] = rem % t.shape[d];
+      rem /= t.shape[d];
     }
+    std::ostringstream os;
+    os << "non-finite input: " << in.name << '[';
+    for (int d = 0; d < t.ndim; ++d) os << (d ? ", " : "") << idx[d];
+    os << "] = " << x << " (nonfinite_inputs = check)";
+    throw Error(os.str());
   }
 }
 

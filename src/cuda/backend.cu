@@ -154,6 +154,21 @@ void run_bwd_kernels(const Problem& p, void* workspace, cudaStream_t stream) {
   sm80::run_bwd(p, workspace, stream);
 }
 
+// The normal pass, then the overflow guard's safe pass (DESIGN.md §3), which is always enqueued:
+// its kernels read the flag the normal pass raised and exit at once when it is clear, so the
+// guard adds a few empty launches and no synchronisation. A report request takes the sm80 main
+// kernel, which records max |dS| (as forward() does for its telemetry), and reads the guard's
+// words back, synchronising.
+void run_bwd_guarded(const Problem& p, void* workspace, cudaStream_t stream) {
+  if (p.report != nullptr) {
+    sm80::run_bwd(p, workspace, stream);
+  } else {
+    run_bwd_kernels(p, workspace, stream);
+  }
+  sm80::run_bwd_safe(p, workspace, stream);
+  if (p.report != nullptr) sm80::read_bwd_numerics(p, workspace, stream);
+}
+
 }  // namespace
 
 void backward(const Problem& p) {
@@ -163,14 +178,14 @@ void backward(const Problem& p) {
   if (workspace != nullptr) {
     FT_CHECK(p.workspace_bytes >= needed, "cuda backward: workspace_bytes is ", p.workspace_bytes,
              " but this call needs ", needed, " (flashtrain::backward_workspace_size)");
-    run_bwd_kernels(p, workspace, stream);
+    run_bwd_guarded(p, workspace, stream);
     return;
   }
   if (needed > 0)
     FT_CUDA_CHECK(cudaMallocAsync(&workspace, needed, stream), "cuda backward: allocating ", needed,
                   " bytes of workspace");
   try {
-    run_bwd_kernels(p, workspace, stream);
+    run_bwd_guarded(p, workspace, stream);
   } catch (...) {
     if (workspace != nullptr) cudaFreeAsync(workspace, stream);
     throw;

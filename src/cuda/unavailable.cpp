@@ -17,4 +17,6 @@ std::size_t backward_workspace_size(const Problem&) { throw Error(kNotBuilt); }
 
 bool device_available() { return false; }
 
+int64_t first_nonfinite(const TensorView&, void*, double*) { throw Error(kNotBuilt); }
+
 }  // namespace flashtrain::cuda

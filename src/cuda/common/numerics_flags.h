@@ -1,6 +1,7 @@
 // Device-side numerics flags of the overflow guard (DESIGN.md §3): a kernel raises a bit in a
-// device word when an intermediate turns non-finite although every input was finite; the host
-// reads the word after the kernel and decides whether to rerun in safe mode.
+// device word when an intermediate or a stored gradient turns non-finite. The host never reads
+// the word on the normal path: the backward's safe pass (src/cuda/sm80/bwd_plan.h, BwdPass)
+// reads it on the device and reruns only when it is set.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -16,6 +17,7 @@ enum NumericsFlag : uint32_t {
   kFlagNonFiniteDP = 1u << 1,      // dP = dO . V^T
   kFlagNonFiniteDS = 1u << 2,      // dS = P * (dP - D)
   kFlagNonFiniteAccum = 1u << 3,   // fp32 accumulators (dQ, dK, dV, O)
+  kFlagNonFiniteGrad = 1u << 4,    // dQ, dK or dV rounded to the output dtype
 };
 
 __device__ __forceinline__ bool is_finite(float x) { return isfinite(x); }
@@ -29,12 +31,22 @@ __device__ __forceinline__ bool fragment_is_finite(const Fragment& frag) {
   return ok;
 }
 
-// Raises `bits` in *flags once per warp (a warp vote first, so a fully non-finite tile costs one
-// atomic, not 32). Every lane of the warp must call it. No-op when flags is null.
+// Raises `bits` in *flags once per warp (a vote first, so a fully non-finite tile costs one
+// atomic, not 32). Lanes may call it divergently: the vote is over the lanes that call. No-op
+// when flags is null.
 __device__ __forceinline__ void raise_flag_warp(uint32_t* flags, bool raise, uint32_t bits) {
-  const unsigned voters = __ballot_sync(0xffffffffu, raise);
+  const unsigned voters = __ballot_sync(__activemask(), raise);
   if (flags != nullptr && voters != 0 && (threadIdx.x % 32) == static_cast<unsigned>(__ffs(voters) - 1))
     atomicOr(flags, bits);
+}
+
+// Raises kFlagNonFiniteGrad in *flags when any calling lane saw a non-finite gradient element
+// (`any_bad`), one atomic per warp at most. Every backward main kernel's epilogue (sm80 and sm90)
+// and the postprocess call it on the values they store: an overflowed dS or accumulator always
+// reaches a stored gradient (Inf * x is Inf or NaN), so checking what is stored is enough and
+// costs one test per stored element.
+__device__ __forceinline__ void raise_nonfinite_flag(uint32_t* flags, bool any_bad) {
+  raise_flag_warp(flags, any_bad, kFlagNonFiniteGrad);
 }
 
 }  // namespace flashtrain::cuda

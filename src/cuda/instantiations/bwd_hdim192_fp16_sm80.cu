@@ -4,4 +4,5 @@
 
 namespace flashtrain::cuda::sm80 {
 template void run_bwd_hdim<192, 192, cutlass::half_t>(const Problem&, void* workspace, cudaStream_t);
+template void run_bwd_safe_hdim<192, 192, cutlass::half_t>(const Problem&, void* workspace, cudaStream_t);
 }  // namespace flashtrain::cuda::sm80

@@ -4,4 +4,5 @@
 
 namespace flashtrain::cuda::sm80 {
 template void run_bwd_hdim<256, 256, cutlass::bfloat16_t>(const Problem&, void* workspace, cudaStream_t);
+template void run_bwd_safe_hdim<256, 256, cutlass::bfloat16_t>(const Problem&, void* workspace, cudaStream_t);
 }  // namespace flashtrain::cuda::sm80

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Writes one .cu file per (stage, head-dim pair, dtype) for the sm80 CUDA kernels.
 
-Each file explicitly instantiates one run_fwd_hdim / run_bwd_hdim template, so a build compiles
-the head dims it asks for in parallel and CMake can drop the others by file name
-(FLASHTRAIN_HDIMS matches the `_hdim{Dqk}` part). The pairs must match kSupportedHeadDims in
+Each file explicitly instantiates run_fwd_hdim, or run_bwd_hdim with its safe pass
+run_bwd_safe_hdim, so a build compiles the head dims it asks for in parallel and CMake can drop
+the others by file name (FLASHTRAIN_HDIMS matches the `_hdim{Dqk}` part). The pairs must match kSupportedHeadDims in
 src/cuda/common/built_hdims.h.
 
 Usage: python3 src/cuda/instantiations/generate.py [--out DIR] [--check]
@@ -23,7 +23,8 @@ STAGES = {
     ),
     "bwd": (
         "../sm80/bwd_launch_template.h",
-        "template void run_bwd_hdim<{qk}, {v}, {element}>(const Problem&, void* workspace, cudaStream_t);",
+        "template void run_bwd_hdim<{qk}, {v}, {element}>(const Problem&, void* workspace, cudaStream_t);\n"
+        "template void run_bwd_safe_hdim<{qk}, {v}, {element}>(const Problem&, void* workspace, cudaStream_t);",
     ),
 }
 

@@ -6,6 +6,7 @@
 #include <cute/tensor.hpp>
 
 #include "../common/fragment.h"
+#include "../common/numerics_flags.h"
 #include "bwd_params.h"
 
 namespace flashtrain::cuda::sm80 {
@@ -54,11 +55,12 @@ __device__ __forceinline__ void pass_dq_turn(int* sema) {
   }
 }
 
-// Adds scale * acc_dq (columns [col0, col0 + kDqChunk) of Q tile m0 of head hq) to dq_accum with
-// fp32 atomics, rows beyond the sequence skipped.
+// Adds scale * ds_unscale * acc_dq (columns [col0, col0 + kDqChunk) of Q tile m0 of head hq) to
+// dq_accum with fp32 atomics, rows beyond the sequence skipped. ds_unscale is the power of two the
+// safe pass scaled dS down by (1 in the normal pass).
 template <typename Traits, class ThrMma, class Acc>
 __device__ __forceinline__ void accumulate_dq(const BwdParams& p, const SeqGeometry& geo, ThrMma const& thr,
-                                              Acc const& acc_dq, int hq, int m0, int col0) {
+                                              Acc const& acc_dq, int hq, int m0, int col0, float ds_unscale) {
   using namespace cute;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kDimQK = Traits::kDimQK;
@@ -69,16 +71,18 @@ __device__ __forceinline__ void accumulate_dq(const BwdParams& p, const SeqGeome
   Tensor tdQgdQ = thr.partition_C(gdQ);
   const Tensor tdQcdQ = thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kChunk>>{}));
   const int rows = geo.len_q - m0;
-  add_rows_atomic(tdQgdQ, tdQcdQ, acc_dq, rows, p.scale);
+  add_rows_atomic(tdQgdQ, tdQcdQ, acc_dq, rows, p.scale * ds_unscale);
 }
 
 // Writes rows [0, rows) of a (kRows x kCols) fp32 accumulator tile: rounded into a 16-bit output
 // tensor at `out` (row stride out_stride), or added with fp32 atomics at `accum` (row stride
-// accum_stride) when the tile is a partial sum over part of a query-head group.
+// accum_stride) when the tile is a partial sum over part of a query-head group. A rounded value
+// that is non-finite raises the guard's flag in *nonfinite (unless null); the postprocess checks
+// the accumulated ones.
 template <typename Element, int kRows, int kCols, class ThrMma, class Acc>
 __device__ __forceinline__ void store_kv_tile(ThrMma const& thr, Acc const& acc, int rows, bool atomic,
                                               Element* out, int64_t out_stride, float* accum,
-                                              int64_t accum_stride) {
+                                              int64_t accum_stride, uint32_t* nonfinite) {
   using namespace cute;
   const Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
   if (atomic) {
@@ -89,22 +93,29 @@ __device__ __forceinline__ void store_kv_tile(ThrMma const& thr, Acc const& acc,
     Tensor g = thr.partition_C(make_tensor(make_gmem_ptr(out), Shape<Int<kRows>, Int<kCols>>{},
                                            make_stride(out_stride, _1{})));
     const Tensor rounded = convert_fragment<Element>(acc);
+    bool bad = false;
     CUTE_UNROLL
     for (int i = 0; i < size(acc); ++i) {
-      if (get<0>(coord(i)) < rows) g(i) = rounded(i);
+      if (get<0>(coord(i)) < rows) {
+        g(i) = rounded(i);
+        bad |= !isfinite(static_cast<float>(rounded(i)));
+      }
     }
+    if (nonfinite != nullptr) raise_nonfinite_flag(nonfinite, bad);
   }
 }
 
-// dK (times softmax_scale: S was scale * Q K^T) and dV (times 1 / (1 - p): it accumulated
-// P * keep) of KV tile n0 of head hk.
+// dK (times softmax_scale: S was scale * Q K^T, and times ds_unscale, the safe pass's power of two)
+// and dV (times 1 / (1 - p): it accumulated P * keep) of KV tile n0 of head hk.
 template <typename Traits, class ThrMma, class AccK, class AccV>
 __device__ __forceinline__ void store_dkv(const BwdParams& p, const SeqGeometry& geo, ThrMma const& thr,
-                                          AccK& acc_dk, AccV& acc_dv, int b, int hk, int n0, int rows) {
+                                          AccK& acc_dk, AccV& acc_dv, int b, int hk, int n0, int rows,
+                                          float ds_unscale, uint32_t* nonfinite) {
   using Element = typename Traits::Element;
   constexpr int kBlockN = Traits::kBlockN;
+  const float dk_scale = p.scale * ds_unscale;
   CUTE_UNROLL
-  for (int i = 0; i < cute::size(acc_dk); ++i) acc_dk(i) *= p.scale;
+  for (int i = 0; i < cute::size(acc_dk); ++i) acc_dk(i) *= dk_scale;
   CUTE_UNROLL
   for (int i = 0; i < cute::size(acc_dv); ++i) acc_dv(i) *= p.dropout_rescale;
   const int64_t accum_row = static_cast<int64_t>(geo.row_k + n0) * p.heads_k + hk;
@@ -112,10 +123,10 @@ __device__ __forceinline__ void store_dkv(const BwdParams& p, const SeqGeometry&
   float* dv_accum = p.accumulate_dkv ? p.dv_accum + accum_row * Traits::kDimV : nullptr;
   store_kv_tile<Element, kBlockN, Traits::kDimQK>(
       thr, acc_dk, rows, p.accumulate_dkv, static_cast<Element*>(p.dk) + geo.k_offset(p.sdk, b, n0, hk), p.sdk.seq,
-      dk_accum, static_cast<int64_t>(p.heads_k) * Traits::kDimQK);
+      dk_accum, static_cast<int64_t>(p.heads_k) * Traits::kDimQK, nonfinite);
   store_kv_tile<Element, kBlockN, Traits::kDimV>(
       thr, acc_dv, rows, p.accumulate_dkv, static_cast<Element*>(p.dv) + geo.k_offset(p.sdv, b, n0, hk), p.sdv.seq,
-      dv_accum, static_cast<int64_t>(p.heads_k) * Traits::kDimV);
+      dv_accum, static_cast<int64_t>(p.heads_k) * Traits::kDimV, nonfinite);
 }
 
 }  // namespace flashtrain::cuda::sm80

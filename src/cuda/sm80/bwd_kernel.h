@@ -9,7 +9,10 @@
 //   dV += Pd^T dO,  dP = dO V^T,  dS = P * (dP * keep / (1 - p) - D)
 //   dS *= 1 - tanh^2                                         (softcap chain rule)
 //   dK += dS^T Q,   dQ_accum += scale * dS K                 (fp32 atomics, bwd_epilogue.h)
-// and finally writes dK (times scale) and dV (bwd_epilogue.h).
+// and finally writes dK (times scale) and dV (bwd_epilogue.h), raising the overflow guard's flag
+// when a stored value is non-finite. The safe pass (kPass = BwdPass::kSafe) runs only when that
+// flag is set and rescales dS by powers of two so it fits the input dtype (bwd_safe_scale.h).
+// With telemetry on, the normal pass folds max |dS| into the guard's words.
 #pragma once
 #include <cuda_runtime.h>
 #include <cute/tensor.hpp>
@@ -24,31 +27,17 @@
 #include "bwd_epilogue.h"
 #include "bwd_kernel_traits.h"
 #include "bwd_params.h"
+#include "bwd_safe_scale.h"
+#include "fwd_telemetry.h"
 
 namespace flashtrain::cuda::sm80 {
 
-namespace bwd_detail {
-
-__device__ __forceinline__ int64_t floor_div(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
-// Inverse of visible_query_tiles(mask, n0, n0 + block_n, ...) over KV tiles: the first KV tile
-// that reaches Q tile m (the tiles reaching it are contiguous, so this is where the
-// deterministic dQ order starts). Tile n reaches rows <= (n + 1) * block_n - 1 - diag + left.
-__device__ __forceinline__ int first_kv_tile(const MaskSpec& mask, int m0, int block_n) {
-  if (mask.left < 0) return 0;
-  const int64_t n = floor_div(m0 + mask.diag - mask.left, block_n);
-  return n < 0 ? 0 : static_cast<int>(n);
-}
-
-}  // namespace bwd_detail
-
 // Grid: (n_blocks, B, Hk * head_chunks); Traits::kNThreads threads; Traits::kSmemBytes dynamic smem.
-template <typename Traits>
+template <typename Traits, BwdPass kPass>
 __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const BwdParams p) {
   using namespace cute;
+  constexpr bool kSafe = kPass == BwdPass::kSafe;
+  if (kSafe && p.numerics->nonfinite == 0) return;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -77,7 +66,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
   if (n0 >= geo.len_k) return;  // a shorter sequence of a varlen batch
   const int kv_rows = geo.len_k - n0;
 
-  // The column range is the whole tile (not clipped at len_k) so that first_kv_tile() inverts it.
+  // The column range is the whole tile (not clipped at len_k) so that first_key_tile() inverts it.
   const TileRange m_tiles = visible_query_tiles(geo.mask(p), n0, n0 + kBlockN, geo.len_q, kBlockM);
   const int m_begin = m_tiles.begin;
   const int m_count = m_tiles.empty() ? 0 : m_tiles.end - m_tiles.begin;
@@ -197,6 +186,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kDimV>>{});
   clear(acc_dk);
   clear(acc_dv);
+  float ds_max = 0.0f;  // telemetry: this thread's max |dS| (NaN ignored)
+  int ds_exponent = 0;  // safe pass: acc_dk and the stored dS tiles are in units of 2^-ds_exponent
 
   if (num_steps > 0) load_q_tile(0, 0);
   for (int step = 0; step < num_steps; ++step) {
@@ -261,6 +252,22 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
       }
       // dV accumulates P * keep; its 1 / (1 - p) is applied once in store_dkv.
       if (p.dropout) apply_dropout(s, tScS, dropout, bh, m0, n0);
+      if constexpr (kSafe) {
+        // The row statistics of this stage were read above; their lse slots are the scratch.
+        const int e = safe_ds_exponent<Traits::kNThreads / 32>(acc_dp, smem_stats + stage * 2 * kBlockM);
+        if (e > ds_exponent) {
+          const float rescale = exact_pow2(ds_exponent - e);
+          CUTE_UNROLL
+          for (int i = 0; i < size(acc_dk); ++i) acc_dk(i) *= rescale;
+          ds_exponent = e;
+        }
+        const float down = exact_pow2(-ds_exponent);
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_dp); ++i) acc_dp(i) *= down;
+      } else if (p.telemetry) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_dp); ++i) ds_max = fmaxf(ds_max, fabsf(acc_dp(i)));
+      }
     }
     cute::copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), store_pds_thr.partition_D(sP));
     cute::copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), store_pds_thr.partition_D(sdS));
@@ -270,7 +277,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
             mma_dkv, ldsm_dkv_a, ldsm_dkv_b);
     {
       int* sema = p.deterministic ? dq_semaphore(p, b, hq, m_block) : nullptr;
-      if (p.deterministic) wait_dq_turn(sema, n_block - bwd_detail::first_kv_tile(geo.mask(p), m0, kBlockN));
+      if (p.deterministic) wait_dq_turn(sema, n_block - first_key_tile(geo.mask(p), m0, kBlockN));
       CUTE_UNROLL
       for (int chunk = 0; chunk < kDimQK / kDqChunk; ++chunk) {
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqChunk>>{});
@@ -278,7 +285,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
         gemm_ss(acc_dq, tdQrdS, tdQrKt, ldsm_dq_a_thr.partition_S(sdS),
                 ldsm_dq_b_thr.partition_S(local_tile(sKt, Shape<Int<kDqChunk>, Int<kBlockN>>{}, make_coord(chunk, 0))),
                 mma_dq, ldsm_dq_a, ldsm_dq_b);
-        accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, hq, m0, chunk * kDqChunk);
+        accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, hq, m0, chunk * kDqChunk,
+                              kSafe ? exact_pow2(ds_exponent) : 1.0f);
       }
       if (p.deterministic) pass_dq_turn(sema);
     }
@@ -289,7 +297,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
   }
   cp_async_wait<0>();  // K/V loads of a tile no Q tile reaches are still in flight
 
-  store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, kv_rows);
+  if (!kSafe && p.telemetry) telemetry_warp_max(&p.numerics->max_abs_ds, ds_max);
+  store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, kv_rows, kSafe ? exact_pow2(ds_exponent) : 1.0f,
+                    kSafe ? nullptr : &p.numerics->nonfinite);
 }
 
 }  // namespace flashtrain::cuda::sm80

@@ -1,7 +1,10 @@
 // Launches the sm80 backward for one (Dqk, Dv, Element): preprocess -> main -> postprocess, all on
 // `stream`, no synchronisation and no allocation (the workspace holds bwd_workspace_bytes(p),
-// laid out as documented in bwd_plan.h). Instantiated once per head-dim pair and dtype by the
-// files src/cuda/instantiations/generate.py writes.
+// laid out as documented in bwd_plan.h). run_bwd_hdim is the normal pass; run_bwd_safe_hdim the
+// overflow guard's safe pass, enqueued after the normal pass of either path (sm80 or sm90 main
+// kernel): its kernels exit at once unless the normal pass raised the guard's flag. Both are
+// instantiated once per head-dim pair and dtype by the files src/cuda/instantiations/generate.py
+// writes.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -15,17 +18,17 @@
 
 namespace flashtrain::cuda::sm80 {
 
-template <int kDimQK, int kDimV, typename Element>
-void run_bwd_hdim(const Problem& problem, void* workspace, cudaStream_t stream) {
+template <int kDimQK, int kDimV, typename Element, BwdPass kPass>
+void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) {
   using Traits = BwdTraits<kDimQK, kDimV, Element>;
   const BwdPlan plan = make_bwd_plan(problem);
   const BwdParams params = make_bwd_params(problem, plan, workspace);
 
-  launch_bwd_preprocess<Element, kDimQK, kDimV>(params, stream);
+  launch_bwd_preprocess<Element, kDimQK, kDimV, kPass>(params, stream);
   check_launch("bwd_preprocess");
 
   if (plan.n_blocks > 0 && problem.batch > 0) {
-    auto* kernel = &bwd_main_kernel<Traits>;
+    auto* kernel = &bwd_main_kernel<Traits, kPass>;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "cuda backward: giving bwd_main ", Traits::kSmemBytes, " bytes of shared memory (head dims ",
                   kDimQK, "/", kDimV, ")");
@@ -35,8 +38,18 @@ void run_bwd_hdim(const Problem& problem, void* workspace, cudaStream_t stream) 
     check_launch("bwd_main");
   }
 
-  launch_bwd_postprocess<Element, kDimQK, kDimV>(params, stream);
+  launch_bwd_postprocess<Element, kDimQK, kDimV, kPass>(params, stream);
   check_launch("bwd_postprocess");
+}
+
+template <int kDimQK, int kDimV, typename Element>
+void run_bwd_hdim(const Problem& problem, void* workspace, cudaStream_t stream) {
+  run_bwd_pass<kDimQK, kDimV, Element, BwdPass::kNormal>(problem, workspace, stream);
+}
+
+template <int kDimQK, int kDimV, typename Element>
+void run_bwd_safe_hdim(const Problem& problem, void* workspace, cudaStream_t stream) {
+  run_bwd_pass<kDimQK, kDimV, Element, BwdPass::kSafe>(problem, workspace, stream);
 }
 
 }  // namespace flashtrain::cuda::sm80

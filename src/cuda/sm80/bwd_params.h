@@ -33,6 +33,10 @@ struct BwdParams {
   int* dq_sema;
   float* dk_accum;
   float* dv_accum;
+  // The overflow guard's words. Kernels that store a gradient raise numerics->nonfinite through
+  // raise_nonfinite_flag(&p.numerics->nonfinite, bad) (src/cuda/common/numerics_flags.h).
+  BwdNumericsWords* numerics;
+  bool telemetry;  // AttentionOptions::report set: the main kernel records max |dS|
 
   int batch, heads_q, heads_k, group;
   int heads_per_chunk, head_chunks;
@@ -131,6 +135,8 @@ inline BwdParams make_bwd_params(const Problem& p, const BwdPlan& plan, void* wo
   r.dq_sema = plan.dq_sema_elems ? reinterpret_cast<int*>(ws + plan.dq_sema) : nullptr;
   r.dk_accum = plan.dk_accum_elems ? reinterpret_cast<float*>(ws + plan.dk_accum) : nullptr;
   r.dv_accum = plan.dv_accum_elems ? reinterpret_cast<float*>(ws + plan.dv_accum) : nullptr;
+  r.numerics = reinterpret_cast<BwdNumericsWords*>(ws + plan.numerics);
+  r.telemetry = p.report != nullptr;
 
   r.batch = static_cast<int>(p.batch);
   r.heads_q = static_cast<int>(p.heads_q);

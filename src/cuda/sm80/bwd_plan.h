@@ -13,6 +13,8 @@
 //                                            each dQ tile; fixes the order of the fp32 additions
 //   dk_accum  float [total_k][Hk][Dqk]       head_chunks > 1 only: query heads of one KV head are
 //   dv_accum  float [total_k][Hk][Dv]        split over blocks that add their dK/dV with atomics
+//   numerics  BwdNumericsWords               the overflow guard's device words (below), zeroed by
+//                                            the preprocess of every call
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +24,29 @@
 namespace flashtrain::cuda::sm80 {
 
 constexpr std::size_t kWorkspaceAlign = 256;
+
+// Device words of the overflow guard and backward telemetry (DESIGN.md §3), one per call:
+//   nonfinite   NumericsFlag bits (src/cuda/common/numerics_flags.h): raised by the normal pass
+//               when a gradient it stores (dQ, dK, dV in the output dtype) is non-finite; the
+//               safe pass reads it and runs only when it is set
+//   safe_reruns 1 when the safe pass ran (it counts itself), copied to NumericsReport only when
+//               a report was asked for
+//   max_abs_ds  max |dS| of the normal pass as an order-preserving int (fwd_telemetry.h), written
+//               only when a report was asked for
+struct BwdNumericsWords {
+  uint32_t nonfinite;
+  uint32_t safe_reruns;
+  int max_abs_ds;
+  uint32_t reserved;
+};
+
+// Which of the two passes a launch belongs to. The safe pass is always enqueued after the normal
+// one; its kernels read BwdNumericsWords::nonfinite first and exit at once when it is clear, so
+// the guard never synchronises with the host.
+enum class BwdPass : int {
+  kNormal = 0,
+  kSafe = 1,  // recompute with dS rescaled by exact powers of two (bwd_kernel.h)
+};
 
 // Tile of one backward block: kBlockM query rows per inner step, kBlockN key rows per block.
 // Head dims above 128 use 64-row KV tiles: the dK and dV accumulators (kBlockN x D fp32 each)
@@ -40,7 +65,7 @@ struct BwdPlan {
   int m_blocks = 0;     // Q tiles of the longest query sequence
   int n_blocks = 0;     // KV tiles of the longest key sequence (grid.x)
   int head_chunks = 1;  // blocks sharing one KV head's query-head group (grid.z = Hk * chunks)
-  std::size_t lse_log2 = 0, dsum = 0, dq_accum = 0, dq_sema = 0, dk_accum = 0, dv_accum = 0;
+  std::size_t lse_log2 = 0, dsum = 0, dq_accum = 0, dq_sema = 0, dk_accum = 0, dv_accum = 0, numerics = 0;
   std::size_t dq_accum_elems = 0, dk_accum_elems = 0, dv_accum_elems = 0, dq_sema_elems = 0;
   std::size_t total_bytes = 0;
 

@@ -1,10 +1,13 @@
 // Backward stage 3: round the fp32 accumulators (dQ always; dK / dV when the query-head group was
-// split over blocks) to the output dtype, written with the output tensors' strides.
+// split over blocks) to the output dtype, written with the output tensors' strides. The normal
+// pass raises the guard's flag when a rounded value is non-finite (so a main kernel that leaves
+// dQ to this stage gets dQ checked for free); the safe pass runs only when the flag is set.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "../common/numerics_flags.h"
 #include "bwd_params.h"
 
 namespace flashtrain::cuda::sm80 {
@@ -17,14 +20,16 @@ constexpr int kVec = 4;  // one float4 of the accumulator -> four output element
 // accum is [rows][heads][kDim] over the global row space; `dense_len` is the per-batch sequence
 // length of a dense tensor (row r = batch r / len, position r % len) and 0 for varlen (the global
 // row is the tensor row, batch stride 0).
-template <typename Element, int kDim>
+template <typename Element, int kDim, BwdPass kPass>
 __global__ void __launch_bounds__(bwd_postprocess_detail::kThreads)
     bwd_convert_kernel(const float* __restrict__ accum, int rows, int heads, int dense_len, Element* out,
-                       Strides3 stride) {
+                       Strides3 stride, uint32_t* nonfinite) {
   using namespace bwd_postprocess_detail;
   static_assert(kDim % kVec == 0, "head dim must fill whole vectors");
+  if (kPass == BwdPass::kSafe && *nonfinite == 0) return;
   constexpr int kVecsPerRow = kDim / kVec;
   const int64_t total = static_cast<int64_t>(rows) * heads * kVecsPerRow;
+  bool bad = false;
   for (int64_t x = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; x < total;
        x += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int d = static_cast<int>(x % kVecsPerRow) * kVec;
@@ -39,12 +44,17 @@ __global__ void __launch_bounds__(bwd_postprocess_detail::kThreads)
     Element* dst = out + static_cast<int64_t>(b) * stride.batch + static_cast<int64_t>(i) * stride.seq +
                    static_cast<int64_t>(h) * stride.head + d;
     *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(v);
+    if constexpr (kPass == BwdPass::kNormal) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) bad |= !isfinite(static_cast<float>(v[e]));
+    }
   }
+  if constexpr (kPass == BwdPass::kNormal) raise_nonfinite_flag(nonfinite, bad);
 }
 
-template <typename Element, int kDim>
+template <typename Element, int kDim, BwdPass kPass>
 void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, void* out, const Strides3& stride,
-                        cudaStream_t stream) {
+                        uint32_t* nonfinite, cudaStream_t stream) {
   using namespace bwd_postprocess_detail;
   // Enough blocks to fill an H200 several times over; the grid-stride loop covers the rest.
   constexpr int64_t kMaxBlocks = 132 * 16;
@@ -52,18 +62,19 @@ void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, 
   if (work == 0) return;
   const int64_t blocks_needed = (work + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(blocks_needed < kMaxBlocks ? blocks_needed : kMaxBlocks);
-  bwd_convert_kernel<Element, kDim><<<blocks, kThreads, 0, stream>>>(accum, rows, heads, dense_len,
-                                                                     static_cast<Element*>(out), stride);
+  bwd_convert_kernel<Element, kDim, kPass><<<blocks, kThreads, 0, stream>>>(
+      accum, rows, heads, dense_len, static_cast<Element*>(out), stride, nonfinite);
 }
 
-template <typename Element, int kDimQK, int kDimV>
+template <typename Element, int kDimQK, int kDimV, BwdPass kPass = BwdPass::kNormal>
 void launch_bwd_postprocess(const BwdParams& p, cudaStream_t stream) {
   const int dense_q = p.varlen ? 0 : p.max_seqlen_q;
   const int dense_k = p.varlen ? 0 : p.max_seqlen_k;
-  launch_bwd_convert<Element, kDimQK>(p.dq_accum, p.total_q, p.heads_q, dense_q, p.dq, p.sdq, stream);
+  uint32_t* const flags = &p.numerics->nonfinite;
+  launch_bwd_convert<Element, kDimQK, kPass>(p.dq_accum, p.total_q, p.heads_q, dense_q, p.dq, p.sdq, flags, stream);
   if (p.accumulate_dkv) {
-    launch_bwd_convert<Element, kDimQK>(p.dk_accum, p.total_k, p.heads_k, dense_k, p.dk, p.sdk, stream);
-    launch_bwd_convert<Element, kDimV>(p.dv_accum, p.total_k, p.heads_k, dense_k, p.dv, p.sdv, stream);
+    launch_bwd_convert<Element, kDimQK, kPass>(p.dk_accum, p.total_k, p.heads_k, dense_k, p.dk, p.sdk, flags, stream);
+    launch_bwd_convert<Element, kDimV, kPass>(p.dv_accum, p.total_k, p.heads_k, dense_k, p.dv, p.sdv, flags, stream);
   }
 }
 

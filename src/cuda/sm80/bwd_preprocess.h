@@ -1,5 +1,7 @@
 // Backward stage 1: D = rowsum(dO * O) in fp32 per (row, query head), lse rewritten in log2 units
-// with fully masked rows mapped to +inf, and the fp32 accumulators / semaphores zeroed.
+// with fully masked rows mapped to +inf, the fp32 accumulators / semaphores and the guard's words
+// zeroed. The safe pass (BwdPass::kSafe) runs only when the normal pass raised the guard's flag:
+// it counts the rerun and zeroes the accumulators again (D and lse_log2 do not change).
 // With dropout, out already holds dropout(P) @ V, so rowsum(dO * O) = sum_j P_ij dL/dP_ij stays
 // the right correction term for dS.
 #pragma once
@@ -21,12 +23,20 @@ constexpr int kVecBytes = 16;
 }  // namespace bwd_preprocess_detail
 
 // Grid: (ceil(total_q / kRowsPerBlock), Hq). Row r of the global row space (bwd_plan.h).
-template <typename Element, int kDimQK, int kDimV>
+template <typename Element, int kDimQK, int kDimV, BwdPass kPass>
 __global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
     bwd_preprocess_kernel(const BwdParams p) {
   using namespace bwd_preprocess_detail;
   constexpr int kVec = kVecBytes / sizeof(Element);
   static_assert(kDimV % kVec == 0 && kDimQK % 4 == 0, "head dims must fill whole vectors");
+  constexpr bool kSafe = kPass == BwdPass::kSafe;
+  const bool first_thread = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
+  if constexpr (kSafe) {
+    if (p.numerics->nonfinite == 0) return;
+    if (first_thread) p.numerics->safe_reruns += 1;
+  } else if (first_thread) {
+    *p.numerics = BwdNumericsWords{0u, 0u, 0, 0u};  // 0 is the ordered int of +0.0f
+  }
 
   const int sub = threadIdx.x % kThreadsPerRow;
   const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
@@ -38,7 +48,7 @@ __global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
   const int i = p.varlen ? r : r - b * p.max_seqlen_q;
 
   float sum = 0.0f;
-  if (valid) {
+  if (valid && !kSafe) {
     const Element* o = static_cast<const Element*>(p.out) + static_cast<int64_t>(b) * p.so.batch +
                        static_cast<int64_t>(i) * p.so.seq + static_cast<int64_t>(h) * p.so.head;
     const Element* dout = static_cast<const Element*>(p.dout) + static_cast<int64_t>(b) * p.sdo.batch +
@@ -60,7 +70,7 @@ __global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
 
   if (valid) {
     const int64_t stat = static_cast<int64_t>(h) * p.total_q + r;
-    if (sub == 0) {
+    if (!kSafe && sub == 0) {
       p.dsum[stat] = sum;
       const float lse = p.lse[static_cast<int64_t>(b) * p.lse_batch_stride +
                               static_cast<int64_t>(h) * p.lse_head_stride +
@@ -89,12 +99,12 @@ __global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
   }
 }
 
-template <typename Element, int kDimQK, int kDimV>
+template <typename Element, int kDimQK, int kDimV, BwdPass kPass = BwdPass::kNormal>
 void launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream) {
   using namespace bwd_preprocess_detail;
   const int row_blocks = p.total_q > 0 ? (p.total_q + kRowsPerBlock - 1) / kRowsPerBlock : 1;
-  const dim3 grid(row_blocks, p.heads_q);
-  bwd_preprocess_kernel<Element, kDimQK, kDimV><<<grid, kThreads, 0, stream>>>(p);
+  const dim3 grid(row_blocks, p.heads_q > 0 ? p.heads_q : 1);
+  bwd_preprocess_kernel<Element, kDimQK, kDimV, kPass><<<grid, kThreads, 0, stream>>>(p);
 }
 
 }  // namespace flashtrain::cuda::sm80

@@ -3,7 +3,6 @@
 
 #include <cuda_runtime.h>
 
-
 namespace flashtrain::cuda::sm80 {
 namespace {
 
@@ -72,6 +71,7 @@ BwdPlan make_bwd_plan(const Problem& p) {
   plan.dq_sema = take(plan.dq_sema_elems * sizeof(int));
   plan.dk_accum = take(plan.dk_accum_elems * sizeof(float));
   plan.dv_accum = take(plan.dv_accum_elems * sizeof(float));
+  plan.numerics = take(sizeof(BwdNumericsWords));
   plan.total_bytes = offset;
   return plan;
 }

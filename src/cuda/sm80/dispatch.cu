@@ -14,6 +14,8 @@ template <int kDimQK, int kDimV, typename Element>
 void run_fwd_hdim(const Problem& p, cudaStream_t stream);
 template <int kDimQK, int kDimV, typename Element>
 void run_bwd_hdim(const Problem& p, void* workspace, cudaStream_t stream);
+template <int kDimQK, int kDimV, typename Element>
+void run_bwd_safe_hdim(const Problem& p, void* workspace, cudaStream_t stream);
 
 namespace {
 
@@ -27,6 +29,12 @@ struct BwdStage {
   template <int kDimQK, int kDimV, typename Element>
   static void run(const Problem& p, void* workspace, cudaStream_t stream) {
     run_bwd_hdim<kDimQK, kDimV, Element>(p, workspace, stream);
+  }
+};
+struct BwdSafeStage {
+  template <int kDimQK, int kDimV, typename Element>
+  static void run(const Problem& p, void* workspace, cudaStream_t stream) {
+    run_bwd_safe_hdim<kDimQK, kDimV, Element>(p, workspace, stream);
   }
 };
 
@@ -65,6 +73,10 @@ void run_fwd(const Problem& p, cudaStream_t stream) { dispatch<FwdStage>("forwar
 
 void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
   dispatch<BwdStage>("backward", p, workspace, stream);
+}
+
+void run_bwd_safe(const Problem& p, void* workspace, cudaStream_t stream) {
+  dispatch<BwdSafeStage>("backward (safe pass)", p, workspace, stream);
 }
 
 std::size_t bwd_workspace_size(const Problem& p) { return bwd_workspace_bytes(p); }

@@ -1,0 +1,51 @@
+// The safe pass of the overflow guard (DESIGN.md §3, BwdPass::kSafe in bwd_plan.h).
+//
+// The main kernel rounds dS = P * (dP - D) to the input dtype for the dK and dQ GEMMs. With a large
+// dO, |dS| passes fp16's 65504 although dQ, dK and dV may all fit: the normal pass then stores Inf
+// and raises the guard's flag. The safe pass scales each step's dS tile by 2^-e before rounding and
+// undoes it in fp32: dQ's contribution is multiplied by 2^e before its atomic add, and the dK
+// accumulator is kept in units of 2^-e and multiplied by 2^e when stored. e is one exponent per
+// block, non-decreasing over its steps (the accumulator is rescaled exactly when it grows, as the
+// online softmax does with its running max), chosen from the tile's max |dS| so the scaled tile
+// stays below 2^kSafeDsLog2Max. Powers of two make every rescale exact; the only loss is dS values
+// pushed into fp16's subnormals, whose absolute error (2^-25 * 2^e) is about 2^-40 of max |dS|,
+// far below the rounding of the largest values.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cute/tensor.hpp>
+
+namespace flashtrain::cuda::sm80 {
+
+// Scaled |dS| stays below 2^15 = 32768, under fp16's 65504 with a factor of 2 to spare.
+constexpr int kSafeDsLog2Max = 15;
+// The largest exponent the pass uses (2^-kSafeMaxExponent stays a normal fp32 number; |dS| of
+// finite fp16/bf16 inputs is far below 2^(kSafeDsLog2Max + kSafeMaxExponent)).
+constexpr int kSafeMaxExponent = 120;
+
+// 2^e as a float, for e in [-126, 127], built from its exponent bits (exact, no libm call).
+__device__ __forceinline__ float exact_pow2(int e) { return __int_as_float((127 + e) << 23); }
+
+// The exponent e >= 0 that brings max |ds| over the whole block below 2^kSafeDsLog2Max. `scratch`
+// is kNWarps floats of shared memory that no thread reads between the two barriers. The whole
+// block calls it.
+template <int kNWarps, class Fragment>
+__device__ __forceinline__ int safe_ds_exponent(const Fragment& ds, float* scratch) {
+  float m = 0.0f;
+  CUTE_UNROLL
+  for (int i = 0; i < cute::size(ds); ++i) m = fmaxf(m, fabsf(ds(i)));
+#pragma unroll
+  for (int width = 16; width > 0; width /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, width));
+  __syncthreads();  // the previous user of scratch is done with it
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = m;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kNWarps; ++w) m = fmaxf(m, scratch[w]);
+  if (!(m < INFINITY)) return kSafeMaxExponent;  // an fp32 overflow: scaling cannot help
+  int bits = 0;
+  frexpf(m, &bits);  // m < 2^bits
+  const int e = bits - kSafeDsLog2Max;
+  return e < 0 ? 0 : (e > kSafeMaxExponent ? kSafeMaxExponent : e);
+}
+
+}  // namespace flashtrain::cuda::sm80

@@ -1,0 +1,231 @@
+// The numerics guard on CUDA (DESIGN.md §3, issue #5): the backward's overflow guard and safe pass,
+// backward telemetry, and NonFiniteInputs::kCheck on device tensors. GPU only: skipped when no
+// CUDA device is present.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+#ifdef FLASHTRAIN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace flashtrain::testing {
+namespace {
+
+// Largest finite value of a 16-bit output dtype.
+double max_finite(DType dtype) { return dtype == DType::kFloat16 ? 65504.0 : 3.3895313892515355e38; }
+// Around that edge a result a few ulps from the true value may land on either side: true
+// magnitudes within this fraction of the edge may come out finite or as the infinity of their sign.
+constexpr double kEdgeFraction = 1.0 / 256.0;
+
+struct GradientCheck {
+  check::Comparison representable;  // §4 rule over the elements the dtype holds with room to spare
+  int64_t overflowed = 0;           // elements whose true value the dtype cannot hold
+  int64_t wrong_overflow = 0;       // ... that did not come out as the infinity of their sign
+  int64_t edge_nan = 0;             // elements at the edge that came out NaN
+};
+
+// The §4 rule over the elements whose float64 value fits the output dtype (they must be finite);
+// elements whose true value overflows it must be the infinity of their sign: no backend can do
+// better, and NaN there would hide a real bug.
+GradientCheck check_gradient(const std::string& name, DType dtype, const std::vector<double>& x,
+                             const std::vector<double>& x64, const std::vector<double>& naive) {
+  GradientCheck g;
+  const double fits = max_finite(dtype) * (1.0 - kEdgeFraction);
+  const double overflows = max_finite(dtype) * (1.0 + kEdgeFraction);
+  std::vector<double> fx, f64, fnaive;
+  for (std::size_t e = 0; e < x64.size(); ++e) {
+    const double a = std::fabs(x64[e]);
+    if (a <= fits) {
+      fx.push_back(x[e]);
+      f64.push_back(x64[e]);
+      fnaive.push_back(naive[e]);
+    } else if (a >= overflows) {
+      ++g.overflowed;
+      if (!(std::isinf(x[e]) && std::signbit(x[e]) == std::signbit(x64[e]))) ++g.wrong_overflow;
+    } else if (std::isnan(x[e])) {
+      ++g.edge_nan;
+    }
+  }
+  g.representable = check::compare(name, dtype, fx, f64, fnaive);
+  return g;
+}
+
+class CudaNumerics : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// Inputs of issue #5: with dO = 3000 randn and v = 8 randn, dP = dO.V^T and so dS = P (dP - D)
+// reach ~2.5e5, past fp16's 65504, although dQ (|dQ| ~ 1e3) and dV fit; dK's true values (~3e7)
+// do not fit fp16 and must come out as infinities. FlashAttention-2 returns non-finite dQ here.
+check::CaseSpec overflow_spec(const std::string& name, int64_t batch, int64_t sq, int64_t sk, int64_t hq,
+                              int64_t hk, int64_t d, DType dtype) {
+  check::CaseSpec s = dense_spec(name, batch, sq, sk, hq, hk, d, d, dtype);
+  s.q_std = 400.0;
+  s.k_std = 0.01;
+  s.v_std = 8.0;
+  s.dout_std = 3000.0;
+  return s;
+}
+
+// Runs the case on CUDA with a report and checks every output. With `overflows` (dS past fp16's
+// range) the safe pass must have run once in fp16 and never in bf16, which holds dS; otherwise
+// never. Returns the report of the CUDA call.
+NumericsReport expect_guarded_case_passes(check::CaseSpec s, bool overflows) {
+  NumericsReport report;
+  s.options.report = &report;
+  check::Case c(s);
+  const check::Outputs got = c.run(Backend::kCUDA);
+  const NumericsReport after_cuda = report;
+  const check::Outputs ref = c.run(Backend::kReference);
+  const check::Outputs naive = c.run_naive();
+  const std::string where = s.name + " " + check::dtype_short_name(s.dtype);
+
+  const check::Comparison out = check::compare("out", s.dtype, got.out, ref.out, naive.out);
+  EXPECT_TRUE(out.pass) << where << ": " << out.describe();
+  const struct {
+    const char* name;
+    const std::vector<double>* x;
+    const std::vector<double>* x64;
+    const std::vector<double>* naive;
+  } grads[] = {{"dq", &got.dq, &ref.dq, &naive.dq}, {"dk", &got.dk, &ref.dk, &naive.dk}, {"dv", &got.dv, &ref.dv, &naive.dv}};
+  for (const auto& g : grads) {
+    const GradientCheck r = check_gradient(g.name, s.dtype, *g.x, *g.x64, *g.naive);
+    EXPECT_TRUE(r.representable.pass) << where << ": " << r.representable.describe();
+    EXPECT_EQ(r.wrong_overflow, 0) << where << ": " << g.name << " has " << r.wrong_overflow << " of "
+                                   << r.overflowed << " overflowing elements that are not the infinity of their sign";
+    EXPECT_EQ(r.edge_nan, 0) << where << ": " << g.name << " has NaN next to the dtype's largest value";
+  }
+  EXPECT_EQ(got.writes_outside, 0) << where;
+
+  EXPECT_EQ(after_cuda.safe_mode_reruns, overflows && s.dtype == DType::kFloat16 ? 1 : 0) << where;
+  EXPECT_EQ(after_cuda.backward_calls, 1) << where;
+  // max |dS| is the normal pass's fp32 value: finite, and past fp16's range when dS overflowed.
+  EXPECT_TRUE(std::isfinite(after_cuda.max_abs_ds)) << where;
+  EXPECT_GT(after_cuda.max_abs_ds, 0.0) << where;
+  if (overflows) EXPECT_GT(after_cuda.max_abs_ds, max_finite(DType::kFloat16)) << where;
+  return after_cuda;
+}
+
+// The issue's case, B=2, H=8, S=1024, D=128 (and D=64 so a build with only that head dim tests it).
+TEST_P(CudaNumerics, IssueCaseGivesFiniteGradientsAndCountsTheRerun) {
+  int ran = 0;
+  for (int64_t d : {int64_t{64}, int64_t{128}}) {
+    if (!cuda_head_dim_built(d)) continue;
+    expect_guarded_case_passes(overflow_spec("issue #5 case, D " + std::to_string(d), 2, 1024, 1024, 8, 8, d, GetParam()),
+                               true);
+    ++ran;
+  }
+  EXPECT_GT(ran, 0) << "neither head dim 64 nor 128 is built";
+}
+
+// The safe pass on the other code paths of the sm80 backward: causal GQA with deterministic dQ
+// order (semaphores re-zeroed for the rerun), a split query-head group (dK/dV through the fp32
+// accumulators and the postprocess), odd lengths and Sq != Sk.
+TEST_P(CudaNumerics, SafePassOnEveryBackwardPath) {
+  if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
+  check::CaseSpec det = overflow_spec("overflow, causal GQA deterministic 301 x 389", 1, 301, 389, 4, 2, 64, GetParam());
+  det.options.causal = true;
+  det.options.deterministic = true;
+  expect_guarded_case_passes(det, true);
+
+  check::CaseSpec split = overflow_spec("overflow, MQA split group 200 x 100", 1, 200, 100, 16, 1, 64, GetParam());
+  split.options.align = CausalAlign::kTopLeft;
+  split.options.causal = true;
+  expect_guarded_case_passes(split, true);
+}
+
+// Ordinary inputs: no rerun, and max |dS| agrees with the CPU backend's on the same inputs.
+TEST_P(CudaNumerics, NormalCaseDoesNotRerunAndReportsMaxDs) {
+  if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
+  check::CaseSpec s = dense_spec("ordinary inputs", 2, 300, 257, 4, 2, 64, 64, GetParam());
+  s.options.causal = true;
+  const NumericsReport cuda_report = expect_guarded_case_passes(s, false);
+  NumericsReport cpu_report;
+  s.options.report = &cpu_report;
+  check::Case(s).run(Backend::kCPU);
+  EXPECT_NEAR(cuda_report.max_abs_ds, cpu_report.max_abs_ds, 0.02 * cpu_report.max_abs_ds);
+}
+
+// Without a report the guard still protects the gradients (the safe pass runs on the device,
+// with no synchronisation and nothing to read back).
+TEST_P(CudaNumerics, GuardWorksWithoutAReport) {
+  if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
+  const check::CaseSpec s = overflow_spec("overflow, no report", 1, 257, 300, 2, 2, 64, GetParam());
+  check::Case c(s);
+  const check::Outputs got = c.run(Backend::kCUDA);
+  const check::Outputs ref = c.run(Backend::kReference);
+  const check::Outputs naive = c.run_naive();
+  const GradientCheck dq = check_gradient("dq", s.dtype, got.dq, ref.dq, naive.dq);
+  EXPECT_TRUE(dq.representable.pass) << dq.representable.describe();
+}
+
+#ifdef FLASHTRAIN_WITH_CUDA
+// Writes one non-finite 16-bit value at logical index (i0, i1, i2, i3) of a device tensor.
+void poke(const TensorView& t, const int64_t (&idx)[4], uint16_t bits) {
+  int64_t offset = 0;
+  for (int d = 0; d < t.ndim; ++d) offset += idx[d] * t.stride[d];
+  ASSERT_EQ(cudaMemcpy(static_cast<uint16_t*>(t.data) + offset, &bits, sizeof bits, cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+#endif
+
+// NonFiniteInputs::kCheck on device tensors: the error names the tensor and the first bad index
+// (row-major), for forward inputs and for dout.
+TEST_P(CudaNumerics, CheckModeNamesTensorAndFirstIndex) {
+#ifdef FLASHTRAIN_WITH_CUDA
+  if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
+  check::CaseSpec s = dense_spec("check mode", 2, 130, 70, 4, 2, 64, 64, GetParam());
+  s.layout = check::Layout::kPadded;  // strided views: the index is logical, not the memory offset
+  s.options.nonfinite_inputs = NonFiniteInputs::kCheck;
+  const bool fp16 = GetParam() == DType::kFloat16;
+  const uint16_t nan_bits = fp16 ? 0x7e00 : 0x7fc0, inf_bits = fp16 ? 0x7c00 : 0x7f80;
+
+  check::Case bad_k(s);  // a Case uploads its inputs once: one Case per poisoned input
+  check::Case::Views v = bad_k.prepare(Backend::kCUDA);
+  forward(v.q, v.k, v.v, v.out, v.lse, v.options);  // finite inputs: no error
+  backward(v.q, v.k, v.v, v.out, v.lse, v.dout, v.dq, v.dk, v.dv, v.options);
+
+  poke(v.k, {1, 65, 1, 3}, nan_bits);
+  poke(v.k, {1, 66, 0, 0}, nan_bits);  // later in row-major order: not the one named
+  try {
+    forward(v.q, v.k, v.v, v.out, v.lse, v.options);
+    ADD_FAILURE() << "forward accepted a NaN in k";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("k[1, 65, 1, 3]"), std::string::npos) << what;
+    EXPECT_NE(what.find("nan"), std::string::npos) << what;
+  }
+
+  check::Case bad_dout(s);
+  v = bad_dout.prepare(Backend::kCUDA);
+  forward(v.q, v.k, v.v, v.out, v.lse, v.options);
+  poke(v.dout, {0, 129, 3, 63}, inf_bits);
+  try {
+    backward(v.q, v.k, v.v, v.out, v.lse, v.dout, v.dq, v.dk, v.dv, v.options);
+    ADD_FAILURE() << "backward accepted an Inf in dout";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("dout[0, 129, 3, 63]"), std::string::npos) << what;
+    EXPECT_NE(what.find("inf"), std::string::npos) << what;
+  }
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaNumerics, ::testing::Values(DType::kFloat16, DType::kBFloat16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(check::dtype_short_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace flashtrain::testing

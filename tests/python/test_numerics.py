@@ -1,0 +1,130 @@
+"""flashtrain.numerics.monitor() and python -m flashtrain.doctor (issue #5), on every device here."""
+import io
+import math
+
+import pytest
+import torch
+
+import flashtrain
+from flashtrain import _compat, doctor, numerics, ops
+
+
+def _inputs(device, dtype=torch.float32, b=2, sq=37, sk=21, hq=4, hk=2, d=32, scale=1.0):
+    if device == "cuda":
+        dtype = torch.float16 if dtype == torch.float32 else dtype
+    q = (torch.randn(b, sq, hq, d) * scale).to(device=device, dtype=dtype).requires_grad_(True)
+    k = (torch.randn(b, sk, hk, d) * scale).to(device=device, dtype=dtype).requires_grad_(True)
+    v = torch.randn(b, sk, hk, d).to(device=device, dtype=dtype).requires_grad_(True)
+    return q, k, v
+
+
+def test_monitor_collects_forward_and_backward_telemetry(device):
+    q, k, v = _inputs(device)
+    # Bottom-right causal with Sq = 37 > Sk = 21: the first 16 rows of every head see no key.
+    with numerics.monitor() as m:
+        out = flashtrain.flash_attn_func(q, k, v, causal=True)
+        out.float().sum().backward()
+    assert m.forward_calls == 1 and m.backward_calls == 1
+    assert m.fully_masked_rows == 2 * 4 * (37 - 21)
+    assert m.safe_mode_reruns == 0
+    assert 0.0 < m.max_abs_ds < math.inf
+
+    # max |scale * q.k| over the visible entries, and the lse range over rows that see a key.
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    qf, kf = q.detach().double().cpu(), k.detach().double().cpu().repeat_interleave(2, dim=2)
+    s = torch.einsum("bihd,bjhd->bhij", qf, kf) * scale
+    i = torch.arange(37).unsqueeze(1)
+    j = torch.arange(21).unsqueeze(0)
+    seen = j <= i + (21 - 37)
+    expected = s.masked_select(seen.expand_as(s)).abs().max().item()
+    assert m.max_abs_scaled_logit == pytest.approx(expected, rel=1e-2)
+    lse = torch.logsumexp(s.masked_fill(~seen, float("-inf")), dim=-1)
+    finite = lse[torch.isfinite(lse)]
+    assert m.lse_min == pytest.approx(finite.min().item(), rel=1e-2, abs=1e-2)
+    assert m.lse_max == pytest.approx(finite.max().item(), rel=1e-2, abs=1e-2)
+
+
+def test_monitor_is_off_outside_the_block_and_merges_nested_blocks(device):
+    q, k, v = _inputs(device)
+    flashtrain.flash_attn_func(q, k, v)  # not monitored
+    assert numerics.active_report() is None
+    with numerics.monitor() as outer:
+        flashtrain.flash_attn_func(q, k, v)
+        with numerics.monitor() as inner:
+            flashtrain.flash_attn_func(q, k, v).float().sum().backward()
+            assert outer.forward_calls == 1  # the inner block's calls arrive when it closes
+        assert inner.forward_calls == 1 and inner.backward_calls == 1
+        assert outer.forward_calls == 2 and outer.backward_calls == 1
+    assert outer.max_abs_ds == inner.max_abs_ds
+    assert numerics.active_report() is None
+
+
+def test_ops_take_a_report_tensor_and_keep_their_old_arity(device):
+    q, k, v = (t.detach() for t in _inputs(device))
+    out, lse = ops.fwd(q, k, v)  # the operator without the report argument still works
+    report = numerics.new_report_tensor()
+    out2, lse2 = ops.fwd(q, k, v, report=report)
+    assert torch.equal(out, out2) and torch.equal(lse, lse2)
+    assert report[numerics.FIELDS.index("forward_calls")].item() == 1
+    ops.bwd(torch.ones_like(out), q, k, v, out, lse, report=report)
+    assert report[numerics.FIELDS.index("backward_calls")].item() == 1
+    with pytest.raises(ValueError, match="report must be a contiguous CPU float64 tensor"):
+        ops.fwd(q, k, v, report=torch.zeros(3))
+
+
+# The CPU backend's fp16 path has no overflow guard yet: on the issue's large-dO inputs its dk is
+# ~10% off with a few Inf where the true value fits (its float32 path, same values, is exact).
+CPU_FP16_UNGUARDED = "large dO fp16 (FA2 NaN)"
+
+
+@pytest.fixture(scope="module")
+def cpu_table():
+    text = io.StringIO()
+    rows = doctor.run_suite(quick=True, device="cpu", out=text)
+    return rows, text.getvalue()
+
+
+def test_doctor_quick_table_on_cpu(cpu_table):
+    rows, table = cpu_table
+    assert table.splitlines()[0].split()[:7] == ["case", "backend", "out", "dq", "dk", "dv", "nonfinite"]
+    names = {c.name for c in doctor.stress_cases(True)}
+    ours = [r for r in rows if r["backend"] == "flashtrain-cpu"]
+    assert {r["case"] for r in ours} == names  # every case ran on flashtrain
+    for r in ours:
+        assert "error" not in r, r
+        if r["case"] == CPU_FP16_UNGUARDED:
+            continue
+        assert r["nonfinite"] == 0, r
+        for name in ("out", "dq", "dk", "dv"):
+            # fp16/bf16 results: a few ulps of relative error, never more.
+            assert r[name] < 5e-2, r
+    sdpa = [r for r in rows if r["backend"] == "sdpa-math-cpu"]
+    assert len(sdpa) == len(names)
+    if _compat.TORCH_VERSION < (2, 0):
+        assert all("torch >= 2.0" in r["error"] for r in sdpa)  # says why it did not run
+    else:
+        assert all("error" not in r for r in sdpa), sdpa
+
+
+@pytest.mark.xfail(strict=True, reason="CPU fp16 backward has no overflow guard yet (issue #5 item 1)")
+def test_doctor_cpu_fp16_large_dout(cpu_table):
+    rows, _ = cpu_table
+    (r,) = [r for r in rows if r["backend"] == "flashtrain-cpu" and r["case"] == CPU_FP16_UNGUARDED]
+    assert r["nonfinite"] == 0 and max(r[n] for n in ("out", "dq", "dk", "dv")) < 5e-2, r
+
+
+def test_doctor_reference_matches_the_masked_row_rule():
+    # A row that sees no key has out = 0 and zero gradients in the float64 reference too.
+    case = doctor.Case("check", 1, 9, 4, 2, 1, 8, torch.float32, causal=True)
+    q, k, v, dout = doctor.make_inputs(case)
+    out, dq, dk, dv = doctor.reference(case, q, k, v, dout)
+    assert torch.isfinite(out).all() and torch.isfinite(dq).all()
+    assert out[:, :5].abs().max().item() == 0.0 and dq[:, :5].abs().max().item() == 0.0
+
+
+def test_doctor_main_exit_code():
+    text = io.StringIO()
+    rows = doctor.run_suite(quick=True, device="cpu", case_filter=["seqlen 1"], out=text)
+    assert [r["case"] for r in rows] == ["seqlen 1", "seqlen 1"]
+    assert "seqlen 1" in text.getvalue()
+    assert doctor.main(["--quick", "--device", "cpu", "--case", "seqlen 1"]) == 0
