@@ -9,8 +9,8 @@ import flashtrain
 from flashtrain import _compat, doctor, numerics, ops
 
 
-def _inputs(device, dtype=torch.float32, b=2, sq=37, sk=21, hq=4, hk=2, d=32, scale=1.0):
-    if device == "cuda":
+def _inputs(device, dtype=torch.float32, b=2, sq=37, sk=21, hq=4, hk=2, d=64, scale=1.0):
+    if device == "cuda":  # CUDA runs fp16/bf16 and head dims from 64
         dtype = torch.float16 if dtype == torch.float32 else dtype
     q = (torch.randn(b, sq, hq, d) * scale).to(device=device, dtype=dtype).requires_grad_(True)
     k = (torch.randn(b, sk, hk, d) * scale).to(device=device, dtype=dtype).requires_grad_(True)
