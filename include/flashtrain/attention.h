@@ -64,7 +64,10 @@ struct AttentionOptions {
 
   Backend backend = Backend::kAuto;
   NonFiniteInputs nonfinite_inputs = NonFiniteInputs::kPropagate;
-  NumericsReport* report = nullptr;  // telemetry: non-null turns it on
+  // Telemetry: non-null turns it on. On CUDA a call with a report synchronises its stream and
+  // runs the sm80 kernels, which collect it; without one nothing is read back (the backward's
+  // overflow guard still runs, on the device).
+  NumericsReport* report = nullptr;
 
   // Execution context (CUDA): stream (cudaStream_t) and an optional caller workspace.
   void* stream = nullptr;
