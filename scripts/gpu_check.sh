@@ -78,6 +78,11 @@ gtest_flags=()
 configure() {
   local torch_flags=()
   [[ -n "$torch_dir" ]] && torch_flags=(-DFLASHTRAIN_TORCH=ON "-DTorch_DIR=$torch_dir")
+  # The extension needs a compiler that links the shared libstdc++ torch uses (see
+  # bindings/torch/CMakeLists.txt); the system g++ does, whatever CXX points at.
+  if [[ -n "$torch_dir" && -x /usr/bin/g++ ]]; then
+    torch_flags+=(-DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++)
+  fi
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTRAIN_CUDA=ON \
     "-DFLASHTRAIN_CUDA_ARCHS=$archs" "-DFLASHTRAIN_HDIMS=$hdims" -DFLASHTRAIN_TESTS=ON \
     "${torch_flags[@]}" "${gtest_flags[@]}" && return 0
