@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """CPU benchmark: flashtrain's CPU backend against torch's CPU SDPA flash kernel, same process,
-same inputs (B=1, H=8, S=2048, D in {64, 128}, fp32 and bf16, causal and not by default).
-GFLOP/s with fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5 * fwd; median wall time.
+same inputs (B=1, H=8, S=2048, D in {64, 128}, fp32 and bf16, non-causal unless --causal).
+GFLOP/s with fwd = 4*B*H*S*S*D (halved when causal), bwd = 2.5 * fwd; median wall time, the
+two libraries' runs interleaved.
 
 Usage: python3 bench/bench_cpu.py [--seqlen 2048] [--heads 8] [--dims 64,128]
-                                  [--dtypes fp32,bf16] [--reps 5] [--markdown FILE] [--json FILE]
+                                  [--dtypes fp32,bf16] [--causal no|yes|both] [--reps 5]
+                                  [--markdown FILE] [--json FILE]
 """
 import argparse
 import json
@@ -14,14 +16,18 @@ import time
 import torch
 
 
-def median_s(fn, reps):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def median_s(fns, reps):
+    """Median seconds of each of fns. The reps are interleaved (each rep runs every fn once) so
+    that load from other processes on a shared machine falls on all of them alike."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, t in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [sorted(t)[len(t) // 2] for t in times]
 
 
 def main():
@@ -57,15 +63,19 @@ def main():
             t.requires_grad_(True)
         flops = 4.0 * h * s * s * d * (0.5 if causal else 1.0)
         row = {"dtype": dt, "dim": d, "seqlen": s, "heads": h, "causal": causal, "threads": torch.get_num_threads()}
-        for name, run in (("flashtrain", ft_run), ("torch", torch_run)):
-            def fwd():
+        def fwd(run):
+            def f():
                 with torch.no_grad():
                     run(q, k, v, causal)
+            return f
 
-            def fwd_bwd():
-                torch.autograd.grad(run(q, k, v, causal), (q, k, v), g)
-            tf, ta = median_s(fwd, args.reps), median_s(fwd_bwd, args.reps)
-            row[name] = {"fwd_gflops": flops / tf / 1e9, "fwdbwd_gflops": 3.5 * flops / ta / 1e9}
+        def fwd_bwd(run):
+            return lambda: torch.autograd.grad(run(q, k, v, causal), (q, k, v), g)
+        runs = (("flashtrain", ft_run), ("torch", torch_run))
+        tf = median_s([fwd(run) for _, run in runs], args.reps)
+        ta = median_s([fwd_bwd(run) for _, run in runs], args.reps)
+        for (name, _), f_s, a_s in zip(runs, tf, ta):
+            row[name] = {"fwd_gflops": flops / f_s / 1e9, "fwdbwd_gflops": 3.5 * flops / a_s / 1e9}
         rows.append(row)
         print(f"[{i + 1}/{len(grid)}] {dt} D={d} causal={causal}", file=sys.stderr, flush=True)
     lines = [f"CPU, {torch.get_num_threads()} threads, torch {torch.__version__}. GFLOP/s fwd / fwd+bwd.", "",
