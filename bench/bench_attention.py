@@ -33,6 +33,8 @@ def parse_args():
     ap.add_argument("--dtypes", default="bf16,fp16")
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="also time flashtrain with deterministic=True (column 'det / default', bwd)")
     ap.add_argument("--json", help="write all results to this JSON file")
     ap.add_argument("--markdown", help="write the ratio table to this markdown file")
     args = ap.parse_args()
@@ -69,11 +71,11 @@ def sdpa_runner(backend):
     return run
 
 
-def flashtrain_runner():
+def flashtrain_runner(deterministic=False):
     import flashtrain
 
     def run(q, k, v, causal):
-        return flashtrain.flash_attn_func(q, k, v, causal=causal)
+        return flashtrain.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
     return run
 
 
@@ -113,6 +115,8 @@ def main():
     runners = {"flash": sdpa_runner("flash"), "cudnn": sdpa_runner("cudnn")}
     try:
         runners = {"flashtrain": flashtrain_runner(), **runners}
+        if args.deterministic:
+            runners["flashtrain_det"] = flashtrain_runner(deterministic=True)
     except Exception as e:  # the table still shows torch's backends, and why flashtrain is absent
         print(f"bench_attention: flashtrain not importable: {e}", file=sys.stderr)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -173,11 +177,14 @@ def ratio(row, a, b, key):
 
 
 def markdown_table(results, meta):
+    det = any("flashtrain_det" in r for r in results)
     lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, cuDNN {meta['cudnn']}, {meta['date']}, "
              f"commit {meta['commit']}. TFLOP/s fwd / bwd / fwd+bwd; ratios are flashtrain over "
-             "the backend, fwd+bwd (fwd). Peak extra MiB of fwd+bwd.", "",
-             "| dtype | D | S | causal | flashtrain | FA2 (SDPA flash) | cuDNN | vs FA2 | vs cuDNN | MiB ft/FA2/cuDNN |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "the backend, fwd+bwd (fwd). Peak extra MiB of fwd+bwd."
+             + (" det / default: bwd speed of deterministic=True over the default." if det else ""), "",
+             "| dtype | D | S | causal | flashtrain | FA2 (SDPA flash) | cuDNN | vs FA2 | vs cuDNN | MiB ft/FA2/cuDNN |"
+             + (" det / default |" if det else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if det else "")]
     for r in results:
         cells = []
         for name in ("flashtrain", "flash", "cudnn"):
@@ -190,7 +197,8 @@ def markdown_table(results, meta):
         lines.append(f"| {r['dtype']} | {r['dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
                      f"{cells[0]} | {cells[1]} | {cells[2]} | "
                      f"{ratio(r, 'flashtrain', 'flash', 'fwdbwd_tflops')} ({ratio(r, 'flashtrain', 'flash', 'fwd_tflops')}) | "
-                     f"{ratio(r, 'flashtrain', 'cudnn', 'fwdbwd_tflops')} ({ratio(r, 'flashtrain', 'cudnn', 'fwd_tflops')}) | {mem} |")
+                     f"{ratio(r, 'flashtrain', 'cudnn', 'fwdbwd_tflops')} ({ratio(r, 'flashtrain', 'cudnn', 'fwd_tflops')}) | {mem} |"
+                     + (f" {ratio(r, 'flashtrain_det', 'flashtrain', 'bwd_tflops')} |" if det else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -133,7 +133,7 @@ elif [[ -z "$torch_dir" ]]; then
 elif [[ $built == 0 ]]; then
   skip "benchmark" "build failed"
 else
-  bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md")
+  bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md" --deterministic)
   [[ $quick == 1 ]] && bench_args+=(--quick)
   step "benchmark" bench.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
     FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \

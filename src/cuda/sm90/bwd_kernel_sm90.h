@@ -9,7 +9,8 @@
 //   dV  += P^T dO                                          (wgmma, P^T from registers)
 //   dS^T = P^T * (dP^T - D)  -> registers and shared memory
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
-//   dQ   = dS K (columns split over the warpgroups), added into dq_accum * scale with fp32 atomics
+//   dQ   = dS K (columns split over the warpgroups), staged in shared memory times scale and added
+//          into dq_accum with one bulk reduction per row (in KV-tile order when deterministic)
 // The Q / dO tiles of the next step are fetched by TMA (one thread) into the other stage while
 // this step computes. dK (times scale) and dV are written once at the end.
 #pragma once
@@ -41,6 +42,33 @@ struct BwdKernelParams {
   typename Traits::ShapeQKV shape_q;
   typename Traits::ShapeQKV shape_k;
 };
+
+// Bulk reduction of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared memory
+// into global memory: global[i] += shared[i] in fp32, asynchronously; committed as one group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* shared, uint32_t bytes) {
+#ifdef FLASHTRAIN_SM90_DEVICE_CODE
+  const uint32_t smem_addr = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               :
+               : "l"(global), "r"(smem_addr), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until this thread's bulk groups have read their shared-memory source.
+__device__ __forceinline__ void bulk_wait_read() {
+#ifdef FLASHTRAIN_SM90_DEVICE_CODE
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+// Waits until this thread's bulk groups have completed, and orders their (async-proxy) global
+// writes before this thread's later generic-proxy operations (the deterministic turn's release).
+__device__ __forceinline__ void bulk_wait_complete() {
+#ifdef FLASHTRAIN_SM90_DEVICE_CODE
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
@@ -178,6 +206,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   clear(acc_dk);
   clear(acc_dv);
 
+  // Where this thread's dQ values go in the staging tile.
+  Tensor sdQ = make_tensor(make_smem_ptr(s.dq), make_layout(Shape<Int<kBlockM>, Int<kHeadDim>>{},
+                                                            make_stride(Int<Traits::kDqRowStride>{}, _1{})));
+  Tensor tdQsdQ = thr_dq.partition_C(sdQ);
+
   // (key, query) coordinates of this thread's S^T elements inside the tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileSdP{}));
   Tensor coords = make_tensor(tScS.data(), accumulator_rowcol(tScS.layout()));
@@ -260,27 +293,35 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
     cutlass::arch::fence_view_async_shared();  // dS stores visible to the wgmma (async proxy)
+    if (tid < kBlockM) bulk_wait_read();       // the previous step's dQ rows have left shared memory
     __syncthreads();                           // both warpgroups' keys of dS written
 
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     wgmma_gemm<true, 0>(mma_dq, tdQrdS, tdQrKt, acc_dq);  // also waits for dV and dK
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dv);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(acc_dq); ++i) tdQsdQ(i) = acc_dq(i) * p.scale;
+    cutlass::arch::fence_view_async_shared();  // dQ stores visible to the bulk reduction
+    __syncthreads();
     {
       int* sema = p.deterministic ? sm80::dq_semaphore(p, b, hq, m_block) : nullptr;
-      if (p.deterministic)
-        sm80::wait_dq_turn(sema, n_block - first_key_tile(mask, m0, kBlockN));
-      float* base = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0) * p.heads_q + hq) * kHeadDim;
-      Tensor gdQ = make_tensor(make_gmem_ptr(base), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                               make_stride(static_cast<int64_t>(p.heads_q) * kHeadDim, _1{}));
-      Tensor tdQgdQ = thr_dq.partition_C(gdQ);
-      const Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-      sm80::add_rows_atomic(tdQgdQ, tdQcdQ, acc_dq, geo.len_q - m0, p.scale);
-      if (p.deterministic) sm80::pass_dq_turn(sema);
+      if (p.deterministic) sm80::wait_dq_turn(sema, n_block - first_key_tile(mask, m0, kBlockN));
+      // Thread r adds row r of the tile (rows past the sequence are not in dq_accum).
+      if (tid < kBlockM && m0 + tid < geo.len_q) {
+        float* row = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0 + tid) * p.heads_q + hq) * kHeadDim;
+        bulk_reduce_add_f32(row, &s.dq[tid * Traits::kDqRowStride], Traits::kDqRowBytes);
+      }
+      if (p.deterministic) {
+        if (tid < kBlockM) bulk_wait_complete();  // the additions are in global memory
+        sm80::pass_dq_turn(sema);
+      }
     }
     cute::cp_async_wait<0>();  // the next step's row statistics
     __syncthreads();           // this stage's Q / dO / statistics and dS may be overwritten
   }
+
+  if (tid < kBlockM) bulk_wait_complete();  // no bulk reduction may outlive the block's shared memory
 
   // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
   sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);

@@ -95,6 +95,13 @@ struct BwdTraits {
   using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
                                                  cute::Shape<Int_N, Int_D>{}, cute::_1{}));
 
+  // The step's dQ (scale * dS K, fp32) is staged in shared memory and added into dq_accum row by
+  // row with bulk reductions (cp.reduce.async.bulk .add.f32). Rows are padded by 4 floats so the
+  // accumulator's column pairs of 8 consecutive rows fall into different banks; each row stays
+  // one contiguous, 16-byte aligned run for the bulk copy.
+  static constexpr int kDqRowStride = kHeadDim + 4;
+  static constexpr uint32_t kDqRowBytes = sizeof(float) * kHeadDim;
+
   static constexpr uint32_t kTmaBytesQ = sizeof(Element) * kBlockM * kHeadDim;
   static constexpr uint32_t kTmaBytesKV = sizeof(Element) * kBlockN * kHeadDim;
 
@@ -106,6 +113,7 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, kSmemAlign> ds;
+    alignas(128) float dq[kBlockM * kDqRowStride];
     float lse_log2[kStages][kBlockM];  // lse * log2(e) of the stage's rows (+inf past the sequence)
     float dsum[kStages][kBlockM];      // D = rowsum(dO * O) of the stage's rows (0 past the sequence)
     uint64_t kv_full;                  // TMA of K and V landed
