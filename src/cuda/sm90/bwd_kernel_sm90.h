@@ -235,14 +235,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
 
-    // Row statistics of this thread's query columns.
-    float lse2[kCols], dsum[kCols];
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < kCols; ++c) {
-      const int q = get<1>(coords(0, c));
-      lse2[c] = s.lse_log2[stage][q];
-      dsum[c] = s.dsum[stage][q];
-    }
+    // Row statistics of this thread's query columns, read from shared memory where they are used
+    // (each serves kRows elements; holding them in registers would cost 2 * kCols).
+    const float* stage_lse2 = s.lse_log2[stage];
+    const float* stage_dsum = s.dsum[stage];
     // Keys outside a query row's window need masking unless every row of the tile sees every
     // key of the tile (rows past Sq have lse = +inf, so their P is 0 anyway).
     const int last_row = (m0 + kBlockM < geo.len_q ? m0 + kBlockM : geo.len_q) - 1;
@@ -254,20 +250,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const float scale_log2 = p.scale_log2;
     if (interior) {
       CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r) {
+      for (int c = 0; c < kCols; ++c) {
+        const float lse2 = stage_lse2[get<1>(coords(0, c))];
         CUTLASS_PRAGMA_UNROLL
-        for (int c = 0; c < kCols; ++c) scores(r, c) = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2[c]));
+        for (int r = 0; r < kRows; ++r) scores(r, c) = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2));
       }
     } else {
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kCols; ++c) {
+        const float lse2 = stage_lse2[get<1>(coords(0, c))];
         const int i = m0 + get<1>(coords(0, c));
         const int begin = static_cast<int>(mask.col_begin(i)) - n0;
         const int end = (i < geo.len_q ? static_cast<int>(mask.col_end(i)) : 0) - n0;
         CUTLASS_PRAGMA_UNROLL
         for (int r = 0; r < kRows; ++r) {
           const int j = get<0>(coords(r, 0));
-          const float prob = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2[c]));
+          const float prob = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2));
           scores(r, c) = (j >= begin && j < end) ? prob : 0.0f;
         }
       }
@@ -280,9 +278,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_fence_operand(tdPrdP);
     Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
     CUTLASS_PRAGMA_UNROLL
-    for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      const float dsum = stage_dsum[get<1>(coords(0, c))];
       CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) dp(r, c) = scores(r, c) * (dp(r, c) - dsum[c]);
+      for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - dsum);
     }
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);

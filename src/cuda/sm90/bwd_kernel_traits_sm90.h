@@ -28,8 +28,10 @@ struct BwdTraits {
   static_assert(cute::is_same_v<Element, cutlass::half_t> || cute::is_same_v<Element, cutlass::bfloat16_t>,
                 "sm90 backward: element type must be fp16 or bf16");
 
-  // The sm80 plan (bwd_plan.h) sizes the dQ semaphores and the grid with the same tile.
-  static constexpr int kBlockM = 64;   // query rows per step
+  // Query rows per step: D = 64 takes 128 so each step's GEMMs are big enough to amortise its
+  // barriers, waits and row-statistic loads. The grid (KV tiles of kBlockN) and the dQ semaphores
+  // come from the sm80 plan (bwd_plan.h), whose 64-row Q tiles are at least as many as these.
+  static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;
   static constexpr int kBlockN = 128;  // key rows per block
   static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
   static constexpr int kNumWarpGroups = 2;

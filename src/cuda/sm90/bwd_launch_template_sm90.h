@@ -20,9 +20,11 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
   using namespace cute;
   using Traits = BwdTraits<kHeadDim, Element>;
   const sm80::BwdPlan plan = sm80::make_bwd_plan(problem);
-  FT_CHECK(plan.block_m == Traits::kBlockM && plan.block_n == Traits::kBlockN, "sm90 backward: the sm80 plan's tile (",
-           plan.block_m, " x ", plan.block_n, ") differs from the kernel's (", Traits::kBlockM, " x ",
-           Traits::kBlockN, ")");
+  // The grid and the first_key_tile order need the plan's KV tile; the semaphore array needs at
+  // least as many Q tiles as the kernel has.
+  FT_CHECK(plan.block_n == Traits::kBlockN && Traits::kBlockM % plan.block_m == 0,
+           "sm90 backward: the sm80 plan's tile (", plan.block_m, " x ", plan.block_n,
+           ") does not fit the kernel's (", Traits::kBlockM, " x ", Traits::kBlockN, ")");
   BwdKernelParams<Traits> kp{};
   kp.p = sm80::make_bwd_params(problem, plan, workspace);
 
