@@ -30,7 +30,12 @@ def main():
             print(f"make_results: section {title!r}: no file {path!r}", file=sys.stderr)
             return 1
         with open(path) as f:
-            parts += [f"## {title}", "", f.read().rstrip(), ""]
+            text = f.read().rstrip()
+        if path.endswith((".log", ".txt")):  # plain output: keep its lines as they were printed
+            text = "```\n" + text + "\n```"
+        else:  # a markdown table or report: its own headings go one level below the section's
+            text = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
+        parts += [f"## {title}", "", text, ""]
     with open(args.output, "w") as f:
         f.write("\n".join(parts) + "\n")
     print(f"wrote {args.output}")

@@ -80,6 +80,16 @@ EOF
   grep -E "CMAKE_CUDA_RUNTIME_LIBRARY|CMAKE_CXX_COMPILER:" "$build/CMakeCache.txt"
   grep -rhoE -- "-D_GLIBCXX_USE_CXX11_ABI=[01]" "$build/build.ninja" 2>/dev/null | sort | uniq -c
   grep -A3 "^build python/flashtrain/libflashtrain_torch.so" "$build/build.ninja" 2>/dev/null | grep LINK_LIBRARIES
+  echo "== the extension's link command, and which libstdc++ the compiler links"
+  ninja -C "$build" -t commands python/flashtrain/libflashtrain_torch.so 2>/dev/null | tail -1 | tr ' ' '\n' | grep -E "stdc|as-needed|static|^-l|\.so" | head -40
+  cxx=$(grep -E "^CMAKE_CXX_COMPILER:" "$build/CMakeCache.txt" | cut -d= -f2)
+  for f in libstdc++.so libstdc++.a; do p=$("$cxx" -print-file-name=$f); echo "$f -> $p"; ls -lL "$p" 2>&1 | head -1; done
+  echo "== C++ runtime symbols torch's libraries export (non-zero: torch carries its own)"
+  for l in libtorch_cpu.so libc10.so libtorch.so; do
+    echo "$l: $(nm -D --defined-only "$($python -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib/$l" 2>/dev/null | grep -cE ' (__cxa_throw|__gxx_personality_v0|_ZNSt|_ZSt)')"
+  done
+  echo "== __cxa_* / personality the extension defines itself (non-empty: a static libstdc++ is inside)"
+  nm -D --defined-only "$lib" 2>/dev/null | grep -E "__cxa_throw|__gxx_personality|_ZNSt7__cxx1112basic_string" | head -5
   echo "== readelf -d (NEEDED, RPATH)"; readelf -d "$lib" | grep -E "NEEDED|RPATH|RUNPATH"
   echo "== CUDA runtime functions DEFINED in the extension (non-empty: a static cudart is inside)"
   nm -D --defined-only "$lib" 2>/dev/null | grep -E " (cuda[A-Z]|__cuda)" | head -20
@@ -157,13 +167,14 @@ note "pytest -x test_attention.py -k cuda: $(describe $pytest_rc) (log: pytest.l
 gdb_run() {  # gdb_run LOG CMD...
   local log=$1
   shift
-  timeout "$limit" gdb -q -batch -ex "set pagination off" -ex "set confirm off" \
+  timeout "$limit" "$gdb" -q -batch -ex "set pagination off" -ex "set confirm off" \
     -ex "handle SIGPIPE nostop noprint" -ex run -ex bt -ex "info sharedlibrary" --args "$@" \
     >"$outdir/$log" 2>&1
   note "gdb: $log (bt after the crash; the frames below the signal name the failing function)"
 }
 if [[ -n "$crashed_probe" || $pytest_rc -gt 128 ]]; then
-  if command -v gdb >/dev/null 2>&1; then
+  gdb=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null)
+  if [[ -n "$gdb" ]]; then
     # One crash under gdb is enough (loading torch's symbols takes a while): the probe's if one
     # crashed, it is the smaller program; else the pytest run's.
     if [[ -n "$crashed_probe" ]]; then
@@ -172,7 +183,7 @@ if [[ -n "$crashed_probe" || $pytest_rc -gt 128 ]]; then
       gdb_run gdb_pytest.log "${pytest_cmd[@]}"
     fi
   else
-    note "gdb not found: no native backtrace (the faulthandler tracebacks are in the logs above)"
+    note "gdb / cuda-gdb not found: no native backtrace (the faulthandler tracebacks are in the logs above)"
   fi
 fi
 echo "logs: $outdir"
