@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <vector>
 
 #include "common/mask.h"
+#include "cuda/common/tile_range.h"
 #include "cuda/sm90/fwd_block_mask_sm90.h"
 
 namespace flashtrain::testing {
@@ -50,6 +52,48 @@ void check_block_masks(uint32_t seed) {
 TEST(Sm90BlockMask, TileRangesMatchMaskSpec) {
   check_block_masks<128, 128>(1);  // D = 64, 128
   check_block_masks<128, 64>(2);   // D = 256
+}
+
+// The backward walks, for each KV tile, the Q tiles visible_query_tiles() returns; in
+// deterministic mode KV tile n adds into Q tile m's dQ once n - first_key_tile(m) earlier KV tiles
+// have. So for every Q tile the KV tiles that visit it (and exist: n * block_n < Sk) must be
+// exactly [first_key_tile(m), first_key_tile(m) + count): a gap or a wrong start would leave a
+// block waiting forever. Also every visible (row, column) pair must be visited.
+void check_backward_tile_order(int block_m, int block_n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> len(1, 900), window(-1, 400), coin(0, 1);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t sq = len(gen), sk = len(gen);
+    const bool causal = coin(gen) == 1, bottom_right = coin(gen) == 1;
+    const MaskSpec spec{bottom_right ? sk - sq : 0, window(gen), causal ? 0 : window(gen), sk};
+    const int m_tiles = static_cast<int>((sq + block_m - 1) / block_m);
+    const int n_tiles = static_cast<int>((sk + block_n - 1) / block_n);
+    std::vector<std::vector<int>> visitors(m_tiles);
+    for (int n = 0; n < n_tiles; ++n) {
+      const int n0 = n * block_n;
+      const cuda::TileRange r = cuda::visible_query_tiles(spec, n0, n0 + block_n, static_cast<int>(sq), block_m);
+      for (int m = r.begin; m < r.end && !r.empty(); ++m) visitors[m].push_back(n);
+      for (int64_t j = n0; j < std::min<int64_t>(n0 + block_n, sk); ++j)
+        for (int64_t i = 0; i < sq; ++i)
+          if (spec.visible(i, j))
+            ASSERT_TRUE(!r.empty() && i / block_m >= r.begin && i / block_m < r.end)
+                << "row " << i << " col " << j << " not visited; sq " << sq << " sk " << sk << " diag "
+                << spec.diag << " window (" << spec.left << ", " << spec.right << ")";
+    }
+    for (int m = 0; m < m_tiles; ++m) {
+      const int first = cuda::first_key_tile(spec, m * block_m, block_n);
+      for (std::size_t t = 0; t < visitors[m].size(); ++t)
+        ASSERT_EQ(visitors[m][t], first + static_cast<int>(t))
+            << "Q tile " << m << ": visitor " << t << " of " << visitors[m].size() << "; sq " << sq << " sk "
+            << sk << " diag " << spec.diag << " window (" << spec.left << ", " << spec.right << ")";
+    }
+  }
+}
+
+TEST(BackwardTileOrder, VisitorsOfEachQTileAreContiguousFromFirstKeyTile) {
+  check_backward_tile_order(64, 128, 3);   // sm80 D <= 128, sm90 D = 128
+  check_backward_tile_order(128, 128, 4);  // sm90 D = 64
+  check_backward_tile_order(64, 64, 5);    // sm80 D > 128
 }
 
 }  // namespace
@@ -95,6 +139,21 @@ TEST(Sm90Refusal, NamesEachUnsupportedFeature) {
   EXPECT_NE(dims.find("Dv (128) != Dqk (192)"), std::string::npos) << dims;
   EXPECT_NE(dims.find("head dim 192 not supported"), std::string::npos) << dims;
   EXPECT_NE(cuda::sm90::refusal(host_problem({})).find("sm90: tensors are on cpu"), std::string::npos);
+}
+
+TEST(Sm90Refusal, BackwardNamesEachUnsupportedFeature) {
+  AttentionOptions dropout;
+  dropout.dropout_p = 0.1;
+  EXPECT_NE(cuda::sm90::bwd_refusal(host_problem(dropout)).find("dropout (p = 0.1) not supported in backward"),
+            std::string::npos);
+  AttentionOptions softcap;
+  softcap.softcap = 30.0;
+  EXPECT_NE(cuda::sm90::bwd_refusal(host_problem(softcap)).find("softcap (30) not supported in backward"),
+            std::string::npos);
+  const std::string d256 = cuda::sm90::bwd_refusal(host_problem({}, 256, 256));
+  EXPECT_NE(d256.find("head dim 256 not supported in backward (64, 128 are)"), std::string::npos) << d256;
+  EXPECT_EQ(cuda::sm90::refusal(host_problem({}, 256, 256)).find("head dim 256 not supported"), std::string::npos);
+  EXPECT_NE(cuda::sm90::bwd_refusal(host_problem({})).find("sm90: tensors are on cpu"), std::string::npos);
 }
 
 struct Sm90Case {
