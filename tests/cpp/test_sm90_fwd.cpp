@@ -18,17 +18,28 @@
 namespace flashtrain::testing {
 namespace {
 
+// A random mask case: lengths in [1, max_len], causal or not, either alignment, windows in
+// [-1, max_window] (-1 = open).
+struct MaskCase {
+  int64_t sq, sk;
+  MaskSpec spec;
+};
+MaskCase random_mask_case(std::mt19937& gen, int64_t max_len, int64_t max_window) {
+  std::uniform_int_distribution<int64_t> len(1, max_len), window(-1, max_window), coin(0, 1);
+  const int64_t sq = len(gen), sk = len(gen);
+  const bool causal = coin(gen) == 1, bottom_right = coin(gen) == 1;
+  const int64_t left = window(gen), right = causal ? 0 : window(gen);
+  return MaskCase{sq, sk, MaskSpec{bottom_right ? sk - sq : 0, left, right, sk}};
+}
+
 // For random lengths, alignments, causal flags and windows: every visible (row, column) of a
 // query block lies in a visited K tile, and every tile the kernel runs unmasked is visible in
 // full for every real row of the block.
 template <int kBlockM, int kBlockN>
 void check_block_masks(uint32_t seed) {
   std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> len(1, 700), window(-1, 300), coin(0, 1);
   for (int trial = 0; trial < 200; ++trial) {
-    const int64_t sq = len(gen), sk = len(gen);
-    const bool causal = coin(gen) == 1, bottom_right = coin(gen) == 1;
-    const MaskSpec spec{bottom_right ? sk - sq : 0, window(gen), causal ? 0 : window(gen), sk};
+    const auto [sq, sk, spec] = random_mask_case(gen, 700, 300);
     for (int m_block = 0; m_block * kBlockM < sq; ++m_block) {
       const cuda::sm90::BlockMask<kBlockM, kBlockN> mask(spec, m_block, static_cast<int>(sq));
       const int64_t row_end = std::min<int64_t>((m_block + 1) * kBlockM, sq);
@@ -61,11 +72,8 @@ TEST(Sm90BlockMask, TileRangesMatchMaskSpec) {
 // block waiting forever. Also every visible (row, column) pair must be visited.
 void check_backward_tile_order(int block_m, int block_n, uint32_t seed) {
   std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> len(1, 900), window(-1, 400), coin(0, 1);
   for (int trial = 0; trial < 300; ++trial) {
-    const int64_t sq = len(gen), sk = len(gen);
-    const bool causal = coin(gen) == 1, bottom_right = coin(gen) == 1;
-    const MaskSpec spec{bottom_right ? sk - sq : 0, window(gen), causal ? 0 : window(gen), sk};
+    const auto [sq, sk, spec] = random_mask_case(gen, 900, 400);
     const int m_tiles = static_cast<int>((sq + block_m - 1) / block_m);
     const int n_tiles = static_cast<int>((sk + block_n - 1) / block_n);
     std::vector<std::vector<int>> visitors(m_tiles);
