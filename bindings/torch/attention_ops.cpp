@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <string>
 #include <vector>
 
 #include "flashtrain/attention.h"
@@ -32,15 +33,23 @@ namespace {
 // rng_state holds (seed, offset) as two int64 on the host; the bits are reinterpreted as uint64.
 constexpr int64_t kRngStateElements = 2;
 
-// Runs `body`, turning flashtrain::Error into a c10::ValueError (Python ValueError) that carries
-// the library's message unchanged.
+// Tag python/flashtrain/ops.py looks for to raise ValueError (keep the two in sync).
+constexpr const char* kValueErrorTag = "[flashtrain ValueError] ";
+
+// Runs `body`, turning flashtrain::Error into a torch error carrying the library's message behind
+// kValueErrorTag. The error is raised by libc10 (torchCheckFail) instead of being thrown here:
+// an exception object thrown from this library and caught inside torch must come from the same
+// C++ runtime as torch's, which a toolchain that links libstdc++ statically into the extension
+// breaks (the GPU machine's build crashed on the first one).
 template <typename Body>
 auto with_python_errors(Body&& body) -> decltype(body()) {
+  std::string message;
   try {
     return body();
   } catch (const Error& e) {
-    TORCH_CHECK_VALUE(false, e.what());
+    message = std::string(kValueErrorTag) + e.what();
   }
+  c10::detail::torchCheckFail(__func__, __FILE__, static_cast<uint32_t>(__LINE__), message.c_str());
 }
 
 void read_rng_state(const c10::optional<at::Tensor>& rng_state, double dropout_p,

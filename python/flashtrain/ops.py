@@ -21,6 +21,26 @@ RNG_STATE_ELEMENTS = 2
 _RNG_HIGH = 2 ** 62
 
 
+# The extension raises invalid-input errors through libc10 (c10::detail::torchCheckFail, a
+# RuntimeError in Python) with this tag in front of the library's message, rather than throwing a
+# C++ exception of its own into torch (bindings/torch/attention_ops.cpp says why); _call turns
+# them back into the ValueError this module documents.
+_VALUE_ERROR_TAG = "[flashtrain ValueError] "
+
+
+def _call(op, *args):
+    if _compat.is_compiling():  # traced calls run later, outside this frame
+        return op(*args)
+    try:
+        return op(*args)
+    except RuntimeError as error:
+        message = str(error)
+        at = message.find(_VALUE_ERROR_TAG)
+        if at < 0:
+            raise
+        raise ValueError(message[at + len(_VALUE_ERROR_TAG):].rstrip()) from None
+
+
 def draw_rng_state():
     """(seed, offset) for one dropout call, from torch's default (CPU) generator.
 
@@ -39,7 +59,7 @@ def fwd(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqle
             bool(causal_top_left), int(window_left), int(window_right), float(softcap),
             alibi_slopes, rng_state)
     # Without a report the call has the operator's original arity (report defaults to None).
-    return _ops.fwd(*args) if report is None else _ops.fwd(*args, report)
+    return _call(_ops.fwd, *args) if report is None else _call(_ops.fwd, *args, report)
 
 
 def bwd(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
@@ -50,7 +70,7 @@ def bwd(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, max_seqle
             float(dropout_p), None if softmax_scale is None else float(softmax_scale),
             bool(causal), bool(causal_top_left), int(window_left), int(window_right),
             float(softcap), alibi_slopes, rng_state, bool(deterministic))
-    return _ops.bwd(*args) if report is None else _ops.bwd(*args, report)
+    return _call(_ops.bwd, *args) if report is None else _call(_ops.bwd, *args, report)
 
 
 def backend(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
@@ -58,7 +78,7 @@ def backend(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_s
             window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None):
     """The backend fwd would run for these inputs: "cpu" or "cuda". Raises ValueError with every
     reason when none can (for example a head dim the CUDA build did not instantiate)."""
-    return _ops.backend(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    return _call(_ops.backend, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         float(dropout_p), None if softmax_scale is None else float(softmax_scale),
                         bool(causal), bool(causal_top_left), int(window_left), int(window_right),
                         float(softcap), alibi_slopes)
