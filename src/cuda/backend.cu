@@ -172,6 +172,9 @@ void run_bwd_guarded(const Problem& p, void* workspace, cudaStream_t stream) {
 }  // namespace
 
 void backward(const Problem& p) {
+  FT_CHECK(p.precision == Precision::kDefault,
+           "cuda backward: precision=high is not implemented on CUDA yet (P and dS are rounded to the input "
+           "dtype before the GEMMs, as with Precision::kDefault); the CPU backend keeps them in fp32");
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const std::size_t needed = sm80::bwd_workspace_size(p);
   void* workspace = p.workspace;
