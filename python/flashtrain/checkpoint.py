@@ -72,13 +72,24 @@ def _attention_output_cached():
     from torch.utils import checkpoint as tc
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+    op = torch.ops.flashtrain.fwd.default
     for mode in _get_current_dispatch_mode_stack():
-        if isinstance(mode, tc._CachedTorchDispatchMode):
-            decision = mode.policy_fn(tc.SelectiveCheckpointContext(is_recompute=True),
-                                      torch.ops.flashtrain.fwd.default)
+        if not isinstance(mode, tc._CachedTorchDispatchMode):
+            continue
+        policy = getattr(mode, "policy_fn", None)
+        if policy is not None:  # torch 2.4 - 2.1x: ask the policy
+            decision = policy(tc.SelectiveCheckpointContext(is_recompute=True), op)
             if isinstance(decision, bool):
                 return decision
             return decision in (tc.CheckpointPolicy.MUST_SAVE, tc.CheckpointPolicy.PREFER_SAVE)
+        # Newer torch keeps no policy in the replay mode, only what the forward stored per op:
+        # {call index: saved outputs, or a recompute marker}.
+        entries = getattr(mode, "storage", {}).get(op)
+        if not entries:
+            return False
+        recompute = getattr(tc, "_RECOMPUTE", None)
+        values = entries.values() if isinstance(entries, dict) else entries
+        return any(v is not recompute for v in values)
     return False
 
 
