@@ -138,6 +138,12 @@ else
   step "benchmark" bench.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
     FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
     $python "$bench" "${bench_args[@]}"
+  $python bench/plot_bench.py "$outdir/bench.json" --out "$outdir/bench.png" >/dev/null 2>&1 || true
+  # Issue 3's memory bar: peak extra memory of fwd+bwd at B=1, H=16, D=128, S=65536 (bf16).
+  step "memory S=65536" bench_memory.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
+    $python "$bench" --seqlens 65536 --dims 128 --dtypes bf16 --causal no --reps 3 \
+    --json "$outdir/bench_memory.json" --markdown "$outdir/bench_memory.md"
 fi
 
 # ---- doctor and memcheck (after the benchmark: the slowest checks last) ------------------------
