@@ -3,7 +3,7 @@
 // rounded into dq), over the same workspace (src/cuda/sm80/bwd_plan.h).
 //
 // Grid (KV tiles, batch, KV heads * head chunks), two warpgroups per block (bwd_kernel_traits_sm90.h).
-// Per step (one 64-row Q tile of one query head), warpgroup w with keys [64 w, 64 w + 64):
+// Per step (one kBlockM-row Q tile of one query head), warpgroup w with keys [64 w, 64 w + 64):
 //   S^T  = K Q^T,  dP^T = V dO^T                          (wgmma, shared x shared, in flight together)
 //   P^T  = exp2(S^T * scale log2e - lse log2e)             (0 outside the mask and for rows past Sq)
 //   dV  += P^T dO                                          (wgmma, P^T from registers)

@@ -1,7 +1,7 @@
 // Compile-time shape of the sm90a backward main kernel for one (head dim, element type): tile
 // sizes, the four wgmma tiled MMAs, shared-memory layouts and the TMA copy types.
 //
-// One block owns a kBlockN = 128 row KV tile and walks the 64-row Q tiles that see it. Two
+// One block owns a kBlockN = 128 row KV tile and walks the kBlockM-row Q tiles that see it. Two
 // warpgroups split the KV tile: warpgroup w owns key rows [64 w, 64 w + 64), so it computes the
 // transposed tiles S^T = K Q^T and dP^T = V dO^T of its keys, keeps dK and dV of its keys in
 // registers and feeds P^T / dS^T from registers straight into the dV / dK GEMMs. dQ = dS K needs
