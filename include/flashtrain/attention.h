@@ -37,6 +37,9 @@ enum class CausalAlign : int {
   kBottomRight = 0,  // FlashAttention convention: last query row sees the last key
   kTopLeft = 1,      // torch SDPA is_causal: query row i sees keys 0..i
 };
+// CPU forward, bf16 inputs with kDefault: FLASHTRAIN_CPU_AMX=1 in the environment runs its two
+// tile products on Intel AMX (exact bf16 products summed in fp32, P rounded to bf16), where the
+// CPU and kernel allow it and the fp32 products otherwise. Opt-in until verified on an AMX host.
 enum class Precision : int {
   kDefault = 0,  // P and dS rounded to the input dtype before the GEMMs (FlashAttention's choice)
   kHigh = 1,     // P and dS kept in higher precision in backward

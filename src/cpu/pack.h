@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "amx_tiles.h"
 #include "tiles.h"
 
 namespace flashtrain::cpu {
@@ -30,25 +31,31 @@ struct TileGrid {
 
 // Uninitialised on purpose: every element is written by the parallel packing loop, which also
 // places the pages near the threads that use them.
-inline std::unique_ptr<float[]> tile_storage(int64_t n) { return std::unique_ptr<float[]>(new float[n]); }
+template <typename T = float>
+std::unique_ptr<T[]> tile_storage(int64_t n) { return std::unique_ptr<T[]>(new T[n]); }
 
 // k and v of every (batch, KV head, key tile), in the layouts the products read: kt [dqk][kBlockN]
-// (transposed), k [kBlockN][ldq], v [kBlockN][ldv], vt [dv][kBlockN]; rows past the sequence end
-// and padding columns are zero.
+// (transposed), k [kBlockN][ldq], v [kBlockN][ldv], vt [dv][kBlockN]; for the AMX forward (bf16
+// inputs only) K^T and V as bf16 B operands in VNNI layout (amx_tiles.h), kt_vnni
+// [kq / 2][kBlockN][2] with kq = dqk rounded up to whole tiles and v_vnni [kBlockN / 2][ldv][2].
+// Rows past the sequence end and padding columns are zero.
 struct KeyTiles {
-  enum Part { kKt = 1, kK = 2, kV = 4, kVt = 8 };
-  int64_t dqk, dv, ldq, ldv, heads;
+  enum Part { kKt = 1, kK = 2, kV = 4, kVt = 8, kKtVnni = 16, kVVnni = 32 };
+  int64_t dqk, dv, ldq, ldv, kq, heads;
   TileGrid grid;
   std::unique_ptr<float[]> kt, k, v, vt;
+  std::unique_ptr<uint16_t[]> kt_vnni, v_vnni;
 
   KeyTiles(const Problem& p, int parts)
-      : dqk(p.dim_qk), dv(p.dim_v), ldq(padded(dqk)), ldv(padded(dv)), heads(p.heads_k),
-        grid(p, false, kBlockN) {
+      : dqk(p.dim_qk), dv(p.dim_v), ldq(padded(dqk)), ldv(padded(dv)), kq(amx_k_padded(dqk)),
+        heads(p.heads_k), grid(p, false, kBlockN) {
     const int64_t tiles = grid.size() * heads;
     if (parts & kKt) kt = tile_storage(tiles * dqk * kBlockN);
     if (parts & kK) k = tile_storage(tiles * kBlockN * ldq);
     if (parts & kV) v = tile_storage(tiles * kBlockN * ldv);
     if (parts & kVt) vt = tile_storage(tiles * dv * kBlockN);
+    if (parts & kKtVnni) kt_vnni = tile_storage<uint16_t>(tiles * kq * kBlockN);
+    if (parts & kVVnni) v_vnni = tile_storage<uint16_t>(tiles * kBlockN * ldv);
 #pragma omp parallel
     {
       std::vector<float> kbuf(kBlockN * ldq), vbuf(kBlockN * ldv);
@@ -64,6 +71,8 @@ struct KeyTiles {
         if (k) std::copy(kbuf.begin(), kbuf.end(), k_tile(id));
         if (v) std::copy(vbuf.begin(), vbuf.end(), v_tile(id));
         if (vt) transpose_padded(vbuf.data(), n, dv, ldv, vt_tile(id));
+        if (kt_vnni) pack_vnni(kbuf.data(), 1, ldq, dqk, kBlockN, kq, kBlockN, kt_vnni_tile(id));
+        if (v_vnni) pack_vnni(vbuf.data(), ldv, 1, kBlockN, dv, kBlockN, ldv, v_vnni_tile(id));
       }
     }
   }
@@ -72,6 +81,8 @@ struct KeyTiles {
   float* k_tile(int64_t id) const { return k.get() + id * kBlockN * ldq; }
   float* v_tile(int64_t id) const { return v.get() + id * kBlockN * ldv; }
   float* vt_tile(int64_t id) const { return vt.get() + id * dv * kBlockN; }
+  uint16_t* kt_vnni_tile(int64_t id) const { return kt_vnni.get() + id * kq * kBlockN; }
+  uint16_t* v_vnni_tile(int64_t id) const { return v_vnni.get() + id * kBlockN * ldv; }
 };
 
 // What the backward reads of every (batch, query head, query tile): q multiplied by the softmax

@@ -170,14 +170,11 @@ inline void visible_cols(const MaskSpec& m, int64_t row0, int64_t row1, int64_t*
   *end = m.col_end(row1 - 1);
 }
 
-// S[m][kBlockN] for rows row0.. (m rows) and cols col0.. (n valid cols): scale * q.k, softcap,
-// ALiBi, mask (-inf, also on the padding columns n..kBlockN-1). q is [m][ld] and already
-// multiplied by scale (once per query tile, not once per product); kt is the transposed, padded
-// key tile [dqk][kBlockN]. When tanh_out is non-null and softcap is on, tanh(raw / softcap)
-// is written there for the backward chain rule.
-inline void score_block(const HeadContext& c, const float* q, int64_t ld, const float* kt, int64_t m,
-                        int64_t n, int64_t dqk, int64_t row0, int64_t col0, float* s, float* tanh_out) {
-  tile_gemm(s, kBlockN, q, ld, 1, kt, kBlockN, m, dqk, kBlockN, false);
+// Softcap, ALiBi and the mask (-inf, also on the padding columns n..kBlockN-1) applied in place to
+// the scaled products s[m][kBlockN] of rows row0.. and cols col0.. (n valid cols). When tanh_out
+// is non-null and softcap is on, tanh(raw / softcap) is written there for the backward chain rule.
+inline void finish_scores(const HeadContext& c, int64_t m, int64_t n, int64_t row0, int64_t col0,
+                          float* s, float* tanh_out) {
   for (int64_t i = 0; i < m; ++i) {
     float* srow = s + i * kBlockN;
     const int64_t row = row0 + i;
@@ -204,6 +201,15 @@ inline void score_block(const HeadContext& c, const float* q, int64_t ld, const 
       srow[j] = x;
     }
   }
+}
+
+// S[m][kBlockN] for rows row0.. (m rows) and cols col0.. (n valid cols): scale * q.k, then
+// finish_scores. q is [m][ld] and already multiplied by scale (once per query tile, not once per
+// product); kt is the transposed, padded key tile [dqk][kBlockN].
+inline void score_block(const HeadContext& c, const float* q, int64_t ld, const float* kt, int64_t m,
+                        int64_t n, int64_t dqk, int64_t row0, int64_t col0, float* s, float* tanh_out) {
+  tile_gemm(s, kBlockN, q, ld, 1, kt, kBlockN, m, dqk, kBlockN, false);
+  finish_scores(c, m, n, row0, col0, s, tanh_out);
 }
 
 // Multiplies P[m][kBlockN] (n valid columns) in place by the dropout keep-scale (0 or 1 / (1 - p)).
