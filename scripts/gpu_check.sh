@@ -121,6 +121,9 @@ if [[ $built == 1 ]]; then
   else
     skip "sm90 forward check" "sm_90a not built (see sm90_build.log)"
   fi
+  # The opt-in AMX bf16 forward of the CPU backend (the GPU machine's CPU has AMX; CI's does not).
+  step "CPU AMX (FLASHTRAIN_CPU_AMX=1)" tests_cpu_amx.log env FLASHTRAIN_CPU_AMX=1 \
+    "$build/flashtrain_tests" --gtest_filter='CpuAmx*:*Accuracy*cpu_bf16*:*MaskedRows*cpu_bf16*'
   step "sm80 forward (FLASHTRAIN_DISABLE_SM90=1)" tests_sm80_forward.log env FLASHTRAIN_DISABLE_SM90=1 \
     "$build/flashtrain_tests" --gtest_filter='*cuda*:*Cuda*:*CUDA*'
 fi

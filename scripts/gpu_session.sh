@@ -30,7 +30,7 @@ export PYTHONUNBUFFERED=1 FLASHTRAIN_COMMIT=$(git rev-parse --short HEAD 2>/dev/
 build=build-gpu
 finish() {
   cp "$logs"/gpu_check/{bench.md,bench.json,summary.txt} "$out/" 2>/dev/null
-  cp "$logs/cpu.md" "$out/" 2>/dev/null
+  cp "$logs/cpu.md" "$logs/cpu_amx.md" "$out/" 2>/dev/null
   tar czf "$out/logs.tgz" -C /tmp ft_logs
   [[ -d /tmp/ft_e2e ]] && tar czf "$out/e2e.tgz" -C /tmp ft_e2e
 }
@@ -48,7 +48,10 @@ if [[ -f $lib && $e2e -gt 0 ]]; then
 elif [[ -f $lib ]]; then
   FLASHTRAIN_TORCH_LIBRARY=$lib PYTHONPATH=$PWD/python timeout 60 \
     python3 bench/bench_cpu.py --reps 3 --markdown "$logs/cpu.md" > "$logs/cpu_bench.log" 2>&1
+  FLASHTRAIN_CPU_AMX=1 FLASHTRAIN_TORCH_LIBRARY=$lib PYTHONPATH=$PWD/python timeout 60 \
+    python3 bench/bench_cpu.py --reps 3 --dtypes bf16 --markdown "$logs/cpu_amx.md" > "$logs/cpu_amx_bench.log" 2>&1
 fi
 tail -40 "$logs/gpu_check.log"
 echo "--- cpu bench"; cat "$logs/cpu.md" 2>/dev/null || tail -5 "$logs/cpu_bench.log"
+[[ -f "$logs/cpu_amx.md" ]] && { echo "--- cpu bench, FLASHTRAIN_CPU_AMX=1"; cat "$logs/cpu_amx.md"; }
 [[ -f /tmp/ft_e2e/RESULTS.md ]] && { echo "--- e2e"; cat /tmp/ft_e2e/RESULTS.md | head -60; }
