@@ -26,7 +26,8 @@ while [[ $# -gt 0 ]]; do
 done
 logs=/tmp/ft_logs
 rm -rf "$logs" && mkdir -p "$logs"
-export PYTHONUNBUFFERED=1 FLASHTRAIN_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The device copy of the tree may carry a stale .git: the caller passes FLASHTRAIN_COMMIT when it can.
+export PYTHONUNBUFFERED=1 FLASHTRAIN_COMMIT=${FLASHTRAIN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 build=build-gpu
 finish() {
   cp "$logs"/gpu_check/{bench.md,bench.json,summary.txt} "$out/" 2>/dev/null
