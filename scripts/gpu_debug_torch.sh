@@ -77,7 +77,8 @@ print("cuda available:", torch.cuda.is_available(),
 EOF
   echo "== compilers"; c++ --version 2>&1 | head -1; nvcc --version 2>&1 | tail -1
   echo "== grep CUDA_RUNTIME_LIBRARY / ABI in $build/CMakeCache.txt and the link line"
-  grep -E "CMAKE_CUDA_RUNTIME_LIBRARY|CMAKE_CXX_COMPILER:" "$build/CMakeCache.txt"
+  grep -E "CMAKE_CUDA_RUNTIME_LIBRARY|CMAKE_CXX_COMPILER:|CMAKE_(SHARED|MODULE|EXE)_LINKER_FLAGS:|CMAKE_CXX_FLAGS:" "$build/CMakeCache.txt"
+  echo "env: LDFLAGS='${LDFLAGS:-}' CXXFLAGS='${CXXFLAGS:-}' CFLAGS='${CFLAGS:-}'"
   grep -rhoE -- "-D_GLIBCXX_USE_CXX11_ABI=[01]" "$build/build.ninja" 2>/dev/null | sort | uniq -c
   grep -A3 "^build python/flashtrain/libflashtrain_torch.so" "$build/build.ninja" 2>/dev/null | grep LINK_LIBRARIES
   echo "== the extension's link command, and which libstdc++ the compiler links"
