@@ -27,6 +27,7 @@
 #include "bwd_epilogue.h"
 #include "bwd_kernel_traits.h"
 #include "bwd_params.h"
+#include "bwd_row_stats.h"
 #include "bwd_safe_scale.h"
 #include "fwd_telemetry.h"
 
@@ -124,20 +125,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
     Tensor gdO = make_tensor(make_gmem_ptr(do_ptr), Shape<Int<kBlockM>, Int<kDimV>>{}, make_stride(p.sdo.seq, _1{}));
     copy_rows<true>(gcopy_qk, gthr_qk.partition_S(gQ), gthr_qk.partition_D(sQ_at(stage)), cQK_M, geo.len_q - m0);
     copy_rows<true>(gcopy_v, gthr_v.partition_S(gdO), gthr_v.partition_D(sdO_at(stage)), cV_M, geo.len_q - m0);
-    // Row statistics: threads [0, kBlockM) fetch lse, [kBlockM, 2 kBlockM) fetch D. Rows past the
-    // sequence get lse = +inf (P = 0) and D = 0.
+    // Row statistics: lse * log2e and D of the tile's rows (bwd_row_stats.h), per stage.
     static_assert(2 * kBlockM <= Traits::kNThreads, "one thread per row statistic");
-    if (tid < 2 * kBlockM) {
-      const bool is_lse = tid < kBlockM;
-      const int row = is_lse ? tid : tid - kBlockM;
-      float* dst = smem_stats + stage * 2 * kBlockM + tid;
-      if (m0 + row < geo.len_q) {
-        const float* src = (is_lse ? p.lse_log2 : p.dsum) + static_cast<int64_t>(hq) * p.total_q + geo.row_q + m0 + row;
-        SM80_CP_ASYNC_CACHEALWAYS<float>::copy(*src, *dst);
-      } else {
-        *dst = is_lse ? INFINITY : 0.0f;
-      }
-    }
+    float* stats = smem_stats + stage * 2 * kBlockM;
+    fetch_row_stats(p, geo, hq, m0, kBlockM, tid, stats, stats + kBlockM);
     cp_async_fence();
   };
 

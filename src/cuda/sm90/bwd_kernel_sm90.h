@@ -25,6 +25,7 @@
 #include "../common/mask_tile.h"
 #include "../sm80/bwd_epilogue.h"
 #include "../sm80/bwd_params.h"
+#include "../sm80/bwd_row_stats.h"
 #include "bwd_kernel_traits_sm90.h"
 #include "device_code_sm90.h"
 #include "wgmma_utils_sm90.h"
@@ -145,23 +146,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
     copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
   };
-  // Threads [0, kBlockM) fetch lse * log2e of the step's rows, [kBlockM, 2 kBlockM) fetch D, with
-  // cp.async (made visible by the block barrier that ends the step issuing them). Rows past the
-  // sequence get lse = +inf (P = 0) and D = 0.
+  // Row statistics of `step` into `stage` (bwd_row_stats.h), made visible by the block barrier
+  // that ends the step issuing them.
+  static_assert(2 * kBlockM <= Traits::kNumThreads, "one thread per row statistic");
   auto load_stats = [&](int step, int stage) {
-    if (tid < 2 * kBlockM) {
-      const bool is_lse = tid < kBlockM;
-      const int row = is_lse ? tid : tid - kBlockM;
-      const int i = step_m_block(step) * kBlockM + row;
-      float* dst = is_lse ? &s.lse_log2[stage][row] : &s.dsum[stage][row];
-      if (i < geo.len_q) {
-        const float* src =
-            (is_lse ? p.lse_log2 : p.dsum) + static_cast<int64_t>(step_head(step)) * p.total_q + geo.row_q + i;
-        SM80_CP_ASYNC_CACHEALWAYS<float>::copy(*src, *dst);
-      } else {
-        *dst = is_lse ? INFINITY : 0.0f;
-      }
-    }
+    sm80::fetch_row_stats(p, geo, step_head(step), step_m_block(step) * kBlockM, kBlockM, tid, s.lse_log2[stage],
+                          s.dsum[stage]);
     cute::cp_async_fence();
   };
 
