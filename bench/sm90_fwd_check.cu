@@ -127,6 +127,10 @@ bool run_check(const CheckCase& cc) {
   const check::Case::Views v = c.prepare(Backend::kCUDA);
   const Problem p = make_forward_problem(v.q, v.k, v.v, v.out, v.lse, v.options);
   const std::string why = cuda::sm90::refusal(p);
+  if (why.find("not built") != std::string::npos) {  // a --quick build (FLASHTRAIN_HDIMS) left it out
+    std::printf("SKIP %-40s %s\n", cc.name.c_str(), why.c_str());
+    return true;
+  }
   if (!why.empty()) {
     std::printf("FAIL %-40s refused:\n%s\n", cc.name.c_str(), why.c_str());
     return false;

@@ -104,7 +104,8 @@ def reference(q, k, v, causal=False, top_left=False, window=(-1, -1), softcap=0.
 
 def max_error(x, ref):
     """max |x - ref| in float64; entries where ref is infinite must match exactly."""
-    x, ref = x.detach().to(torch.float64), ref.detach().to(torch.float64)
+    # The float64 reference may live on the CPU while x is on the GPU: compare on the CPU.
+    x, ref = x.detach().to("cpu", torch.float64), ref.detach().to("cpu", torch.float64)
     infinite = torch.isinf(ref)
     if bool(infinite.any()):
         assert torch.equal(x[infinite], ref[infinite]), "infinite entries differ"

@@ -64,7 +64,14 @@ def test_ops_take_a_report_tensor_and_keep_their_old_arity(device):
     out, lse = ops.fwd(q, k, v)  # the operator without the report argument still works
     report = numerics.new_report_tensor()
     out2, lse2 = ops.fwd(q, k, v, report=report)
-    assert torch.equal(out, out2) and torch.equal(lse, lse2)
+    if device == "cpu":
+        assert torch.equal(out, out2) and torch.equal(lse, lse2)
+    else:
+        # On CUDA a report is filled by the sm80 forward, while the call without one may take the
+        # sm90 kernel: the same function, rounded in a different order (a few fp32 ulps of lse).
+        eps = torch.finfo(out.dtype).eps
+        torch.testing.assert_close(out2, out, atol=2 * eps, rtol=2 * eps)
+        torch.testing.assert_close(lse2, lse, atol=1e-5, rtol=1e-6)
     assert report[numerics.FIELDS.index("forward_calls")].item() == 1
     ops.bwd(torch.ones_like(out), q, k, v, out, lse, report=report)
     assert report[numerics.FIELDS.index("backward_calls")].item() == 1
