@@ -1,7 +1,8 @@
 // CUDA backward at sizes the shared suite does not reach: several KV tiles per sequence and several
 // Q tiles per KV tile (so the inner loop, the double-buffered Q/dO stages and the dQ atomics of
 // many blocks all run), every built head-dim pair, the split query-head group (dK/dV through fp32
-// atomics) and the deterministic semaphore order with causal / window masks and varlen.
+// atomics) and the deterministic semaphore order with causal / window masks and varlen, and the
+// rotated order of self-attention.
 // GPU only: skipped when no CUDA device is present.
 #include <gtest/gtest.h>
 
@@ -85,6 +86,34 @@ TEST_P(CudaBackward, DeterministicWindowVarlenBitwise) {
     EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << "dv differs on repeat " << repeat;
   }
   expect_case_passes(s, Backend::kCUDA);
+}
+
+// Deterministic self-attention, the shape the sm90 backward's rotated dQ schedule takes
+// (tile_range.h): equal lengths, no window, causal or not, several Q and KV tiles (S not a
+// multiple of either tile), GQA, both sm90 head dims. Bitwise repeatable and accurate.
+TEST_P(CudaBackward, DeterministicSelfAttentionBitwise) {
+  int ran = 0;
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      check::CaseSpec s = dense_spec("deterministic self-attention D " + std::to_string(d) +
+                                         (causal ? " causal" : "") + ", 2 x 1000, GQA 4/2",
+                                     2, 1000, 1000, 4, 2, d, d, GetParam());
+      s.options.deterministic = true;
+      s.options.causal = causal;
+      if (head_dim_not_built(s)) continue;
+      check::Case c(s);
+      const check::Outputs first = c.run(Backend::kCUDA);
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        const check::Outputs again = c.run(Backend::kCUDA);
+        EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << s.name << ": dq differs on repeat " << repeat;
+        EXPECT_TRUE(bitwise_equal(first.dk, again.dk)) << s.name << ": dk differs on repeat " << repeat;
+        EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << s.name << ": dv differs on repeat " << repeat;
+      }
+      expect_case_passes(s, Backend::kCUDA);
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 0) << "neither head dim 64 nor 128 is built";
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackward, ::testing::Values(DType::kFloat16, DType::kBFloat16),

@@ -104,6 +104,89 @@ TEST(BackwardTileOrder, VisitorsOfEachQTileAreContiguousFromFirstKeyTile) {
   check_backward_tile_order(64, 64, 5);    // sm80 D > 128
 }
 
+// The deterministic dQ schedules of tile_range.h, with every key tile's block resident at once:
+// at each query tile the turns of its visitors are exactly 0 .. count-1 (a gap or a repeat would
+// hang a block or break the order), and a lock-step simulation (each tick, every block whose
+// next visit has its turn takes it) finishes. Returns the simulation's ticks and the longest walk.
+struct ScheduleRun {
+  int ticks = 0;
+  int longest_walk = 0;
+};
+ScheduleRun simulate_dq_schedule(const MaskSpec& spec, int64_t sq, int block_m, int block_n, bool rotated) {
+  const int m_tiles = static_cast<int>((sq + block_m - 1) / block_m);
+  const int n_tiles = static_cast<int>((spec.seqlen_k + block_n - 1) / block_n);
+  std::vector<std::vector<int>> walk(n_tiles), turns(m_tiles);
+  ScheduleRun run;
+  for (int n = 0; n < n_tiles; ++n) {
+    const cuda::TileRange r = cuda::visible_query_tiles(spec, n * block_n, (n + 1) * block_n, static_cast<int>(sq), block_m);
+    if (r.empty()) continue;
+    const int offset = cuda::dq_walk_offset(rotated, n, r, block_m, block_n);
+    for (int step = 0; step < r.end - r.begin; ++step) {
+      const int m = cuda::dq_walk_tile(r, offset, step);
+      walk[n].push_back(m);
+      const int m_end = static_cast<int>(std::min<int64_t>((m + 1) * int64_t{block_m}, sq));
+      turns[m].push_back(cuda::dq_turn(spec, rotated, n, m * block_m, m_end, block_n));
+    }
+    run.longest_walk = std::max(run.longest_walk, r.end - r.begin);
+  }
+  for (int m = 0; m < m_tiles; ++m) {
+    std::vector<int> sorted = turns[m];
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t t = 0; t < sorted.size(); ++t)
+      EXPECT_EQ(sorted[t], static_cast<int>(t)) << "Q tile " << m << " of " << m_tiles << ": turns are not 0.."
+                                                << sorted.size() - 1 << "; sq " << sq << " rotated " << rotated;
+  }
+  std::vector<int> pos(n_tiles, 0), sema(m_tiles, 0);
+  for (bool busy = true; busy; ++run.ticks) {
+    busy = false;
+    std::vector<int> moved;
+    for (int n = 0; n < n_tiles; ++n) {
+      if (pos[n] == static_cast<int>(walk[n].size())) continue;
+      busy = true;
+      const int m = walk[n][pos[n]];
+      const int m_end = static_cast<int>(std::min<int64_t>((m + 1) * int64_t{block_m}, sq));
+      if (cuda::dq_turn(spec, rotated, n, m * block_m, m_end, block_n) == sema[m]) moved.push_back(n);
+    }
+    if (!busy) break;
+    if (moved.empty()) {
+      ADD_FAILURE() << "deadlock at tick " << run.ticks << "; sq " << sq << " sk " << spec.seqlen_k << " rotated "
+                    << rotated;
+      break;
+    }
+    for (int n : moved) {
+      ++sema[walk[n][pos[n]]];
+      ++pos[n];
+    }
+  }
+  return run;
+}
+
+void check_dq_schedules(int block_m, int block_n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> len(1, 3000), coin(0, 1);
+  for (int trial = 0; trial < 60; ++trial) {
+    // Rotated: self-attention, causal (either alignment is the main diagonal) or not.
+    const int64_t s = len(gen);
+    const MaskSpec spec{0, -1, coin(gen) == 1 ? 0 : -1, s};
+    ASSERT_TRUE(cuda::rotated_dq_order_applies(spec, s));
+    const ScheduleRun rotated = simulate_dq_schedule(spec, s, block_m, block_n, true);
+    EXPECT_LE(rotated.ticks, rotated.longest_walk) << "rotated schedule waited; S " << s << " causal " << spec.right;
+    // Wavefront: any mask, including the ones the rotated schedule refuses.
+    const auto [sq, sk, any] = random_mask_case(gen, 1500, 400);
+    simulate_dq_schedule(any, sq, block_m, block_n, false);
+    if (!cuda::rotated_dq_order_applies(any, sq)) continue;
+    simulate_dq_schedule(any, sq, block_m, block_n, true);
+  }
+  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, 5, -1, 100}, 100));  // a left window
+  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, -1, -1, 100}, 90));  // Sq != Sk
+  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, -1, 3, 100}, 100));  // a right window
+}
+
+TEST(BackwardTileOrder, DeterministicSchedulesAreCompleteAndFinish) {
+  check_dq_schedules(64, 128, 6);   // sm90 D = 128
+  check_dq_schedules(128, 128, 7);  // sm90 D = 64
+}
+
 }  // namespace
 }  // namespace flashtrain::testing
 

@@ -10,7 +10,9 @@
 //   dS^T = P^T * (dP^T - D)  -> registers and shared memory
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
 //   dQ   = dS K (columns split over the warpgroups), staged in shared memory times scale and added
-//          into dq_accum with one bulk reduction per row (in KV-tile order when deterministic)
+//          into dq_accum with one bulk reduction per row (in the fixed turns of tile_range.h's
+//          deterministic schedule when deterministic; the walk over Q tiles starts on the diagonal
+//          under its rotated form)
 // The Q / dO tiles of the next step are fetched by TMA (one thread) into the other stage while
 // this step computes. dK (times scale) and dV are written once at the end.
 #pragma once
@@ -101,7 +103,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const MaskSpec mask = geo.mask(p);
   // The column range is the whole tile (not clipped at len_k) so that first_key_tile() inverts it.
   const TileRange m_tiles = visible_query_tiles(mask, n0, n0 + kBlockN, geo.len_q, kBlockM);
-  const int m_begin = m_tiles.begin;
   const int m_count = m_tiles.empty() ? 0 : m_tiles.end - m_tiles.begin;
   const int num_steps = m_count * p.heads_per_chunk;
 
@@ -128,9 +129,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   __syncthreads();
 
-  // Step t covers query head hq_begin + t / m_count and Q tile m_begin + t % m_count.
+  // Step t covers query head hq_begin + t / m_count and step t % m_count of the walk over the Q
+  // tiles, which starts on the diagonal under the rotated deterministic schedule (tile_range.h).
+  const int walk_offset = dq_walk_offset(p.dq_rotated, n_block, m_tiles, kBlockM, kBlockN);
   auto step_head = [&](int step) { return hq_begin + step / m_count; };
-  auto step_m_block = [&](int step) { return m_begin + step % m_count; };
+  auto step_m_block = [&](int step) { return dq_walk_tile(m_tiles, walk_offset, step % m_count); };
 
   // One thread: Q and dO of `step` into `stage` (TMA zero-fills rows past Sq).
   auto load_qdo = [&](int step, int stage) {
@@ -295,7 +298,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     __syncthreads();
     {
       int* sema = p.deterministic ? sm80::dq_semaphore(p, b, hq, m_block) : nullptr;
-      if (p.deterministic) sm80::wait_dq_turn(sema, n_block - first_key_tile(mask, m0, kBlockN));
+      if (p.deterministic)
+        sm80::wait_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
       // Thread r adds row r of the tile (rows past the sequence are not in dq_accum).
       if (tid < kBlockM && m0 + tid < geo.len_q) {
         float* row = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0 + tid) * p.heads_q + hq) * kHeadDim;
