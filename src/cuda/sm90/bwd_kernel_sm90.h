@@ -295,6 +295,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc_dq); ++i) tdQsdQ(i) = acc_dq(i) * p.scale;
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the bulk reduction
+    cute::cp_async_wait<0>();                  // the next step's row statistics (issued at the top)
+    // After this barrier no thread reads this step's Q / dO stage, statistics or dS again (every
+    // wgmma of the step has completed), so the next step may overwrite them: no barrier ends the step.
     __syncthreads();
     {
       int* sema = p.deterministic ? sm80::dq_semaphore(p, b, hq, m_block) : nullptr;
@@ -310,8 +313,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         sm80::pass_dq_turn(sema);
       }
     }
-    cute::cp_async_wait<0>();  // the next step's row statistics
-    __syncthreads();           // this stage's Q / dO / statistics and dS may be overwritten
   }
 
   if (tid < kBlockM) bulk_wait_complete();  // no bulk reduction may outlive the block's shared memory
