@@ -233,7 +233,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
     at::Tensor dv = at::empty(v.sizes(), v.options());
     at::Tensor workspace;
     if (context.torch_workspace) {
-      const std::size_t bytes = backward_workspace_size(qv, kv, vv, o);
+      const std::size_t bytes = backward_workspace_size(qv, kv, vv, to_view(dq, "dq"), o);
       if (bytes > 0) {
         workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
         o.workspace = workspace.data_ptr();

@@ -40,9 +40,19 @@ enum class CausalAlign : int {
 // CPU forward, bf16 inputs with kDefault: FLASHTRAIN_CPU_AMX=1 in the environment runs its two
 // tile products on Intel AMX (exact bf16 products summed in fp32, P rounded to bf16), where the
 // CPU and kernel allow it and the fp32 products otherwise. Opt-in until verified on an AMX host.
+//
+// Precision::kHigh in backward: the CPU backend keeps P and dS in fp32. The CUDA backend (every GPU
+// and head dim, Hopper included) runs the sm80 backward kernel of the overflow guard's safe pass
+// as its only pass: P and dS are split into two 16-bit halves, hi = round(x) and
+// lo = round(x - hi), and the dV, dQ and dK GEMMs run on both into the same fp32 accumulators, so
+// they see P and dS to about 2^-22 (fp16) / 2^-17 (bf16) relative instead of 2^-11 / 2^-8, and dS
+// is scaled by exact powers of two so it never overflows fp16 (fp16 values below 2^-14 keep its
+// subnormal spacing). Three of the five backward GEMMs run twice, and the Hopper (sm90) backward
+// kernel is never used, so it is slower than kDefault; NumericsReport counts no safe-mode rerun. What it cannot remove: D = rowsum(dO * out) uses `out` as given (rounded
+// to the input dtype), and the stored gradients are rounded to it. The CUDA forward ignores it.
 enum class Precision : int {
   kDefault = 0,  // P and dS rounded to the input dtype before the GEMMs (FlashAttention's choice)
-  kHigh = 1,     // P and dS kept in higher precision in backward
+  kHigh = 1,     // P and dS kept in higher precision in backward (see above)
 };
 
 struct AttentionOptions {
@@ -91,6 +101,11 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
 // When options.workspace is null, backward() allocates it on options.stream itself.
 std::size_t backward_workspace_size(const TensorView& q, const TensorView& k, const TensorView& v,
                                     const AttentionOptions& options = {});
+// The same for a backward that writes its dq into `dq`: when dq is one dense, 16-byte aligned
+// block, the CUDA backend keeps its per-row statistics in it until the gradient is written, and
+// needs 8 bytes per query row and head less than the query above, which cannot assume that.
+std::size_t backward_workspace_size(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& dq, const AttentionOptions& options = {});
 
 // The backend kAuto picks for these inputs, and a readable line for every backend refused.
 struct BackendChoice {

@@ -119,7 +119,13 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
 
 std::size_t backward_workspace_size(const TensorView& q, const TensorView& k, const TensorView& v,
                                     const AttentionOptions& options) {
-  const Problem p = make_input_problem(q, k, v, options);
+  return backward_workspace_size(q, k, v, TensorView{}, options);
+}
+
+std::size_t backward_workspace_size(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& dq, const AttentionOptions& options) {
+  Problem p = make_input_problem(q, k, v, options);
+  p.dq = dq;  // only its memory layout matters here; backward() validates it
   return choose(p, options.backend).backend == Backend::kCUDA ? cuda::backward_workspace_size(p) : 0;
 }
 

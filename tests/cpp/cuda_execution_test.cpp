@@ -1,6 +1,6 @@
 // CUDA execution context (AttentionOptions::stream / workspace): a caller-provided stream and
-// workspace give the same bits as the defaults. Runs where a GPU is present (scripts/gpu_check.sh);
-// skipped on machines without one.
+// workspace (of the size the dq-aware query returns) give the same bits as the defaults. Runs
+// where a GPU is present (scripts/gpu_check.sh); skipped on machines without one.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -27,7 +27,12 @@ TEST(CudaExecution, CallerStreamAndWorkspaceMatchDefaults) {
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   v.options.stream = stream;
-  const std::size_t bytes = backward_workspace_size(v.q, v.k, v.v, v.options);
+  // dq is dense here, so the backward keeps its row statistics (D and lse in log2 units, 4 bytes
+  // each per query row and head) in dq's memory and the workspace shrinks by them; the exact
+  // smaller size must suffice.
+  const std::size_t bytes = backward_workspace_size(v.q, v.k, v.v, v.dq, v.options);
+  const std::size_t without_dq = backward_workspace_size(v.q, v.k, v.v, v.options);
+  EXPECT_GE(without_dq, bytes + 2 * sizeof(float) * 8 * 2 * 173) << "Hq 8, B 2, Sq 173";
   void* workspace = nullptr;
   if (bytes) {
     ASSERT_EQ(cudaMalloc(&workspace, bytes), cudaSuccess);

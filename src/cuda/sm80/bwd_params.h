@@ -130,8 +130,13 @@ inline BwdParams make_bwd_params(const Problem& p, const BwdPlan& plan, void* wo
   r.lse_row_stride = p.lse_row_stride;
 
   char* ws = static_cast<char*>(workspace);
-  r.lse_log2 = reinterpret_cast<float*>(ws + plan.lse_log2);
-  r.dsum = reinterpret_cast<float*>(ws + plan.dsum);
+  if (plan.stats_in_dq) {
+    r.lse_log2 = static_cast<float*>(p.dq.data);
+    r.dsum = r.lse_log2 + p.heads_q * p.total_q;
+  } else {
+    r.lse_log2 = reinterpret_cast<float*>(ws + plan.lse_log2);
+    r.dsum = reinterpret_cast<float*>(ws + plan.dsum);
+  }
   r.dq_accum = reinterpret_cast<float*>(ws + plan.dq_accum);
   r.dq_sema = plan.dq_sema_elems ? reinterpret_cast<int*>(ws + plan.dq_sema) : nullptr;
   r.dk_accum = plan.dk_accum_elems ? reinterpret_cast<float*>(ws + plan.dk_accum) : nullptr;

@@ -1,7 +1,8 @@
 // Backward stage 1: D = rowsum(dO * O) in fp32 per (row, query head), lse rewritten in log2 units
 // with fully masked rows mapped to +inf, the fp32 accumulators / semaphores and the guard's words
 // zeroed. The safe pass (BwdPass::kSafe) runs only when the normal pass raised the guard's flag:
-// it counts the rerun and zeroes the accumulators again (D and lse_log2 do not change).
+// it counts the rerun, writes D and lse_log2 again (they may live in dq's memory, which the normal
+// pass's postprocess overwrote: BwdPlan::stats_in_dq) and zeroes the accumulators again.
 // With dropout, out already holds dropout(P) @ V, so rowsum(dO * O) = sum_j P_ij dL/dP_ij stays
 // the right correction term for dS.
 #pragma once
@@ -48,7 +49,7 @@ __global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
   const int i = p.varlen ? r : r - b * p.max_seqlen_q;
 
   float sum = 0.0f;
-  if (valid && !kSafe) {
+  if (valid) {
     const Element* o = static_cast<const Element*>(p.out) + static_cast<int64_t>(b) * p.so.batch +
                        static_cast<int64_t>(i) * p.so.seq + static_cast<int64_t>(h) * p.so.head;
     const Element* dout = static_cast<const Element*>(p.dout) + static_cast<int64_t>(b) * p.sdo.batch +
@@ -70,7 +71,7 @@ __global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
 
   if (valid) {
     const int64_t stat = static_cast<int64_t>(h) * p.total_q + r;
-    if (!kSafe && sub == 0) {
+    if (sub == 0) {
       p.dsum[stat] = sum;
       const float lse = p.lse[static_cast<int64_t>(b) * p.lse_batch_stride +
                               static_cast<int64_t>(h) * p.lse_head_stride +

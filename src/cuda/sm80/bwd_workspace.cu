@@ -3,6 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+
+
 namespace flashtrain::cuda::sm80 {
 namespace {
 
@@ -31,6 +35,21 @@ int choose_head_chunks(int64_t blocks_per_chunk, int64_t group, int64_t target) 
     if (group % chunks == 0 && blocks_per_chunk * chunks >= target) return static_cast<int>(chunks);
   }
   return static_cast<int>(group);
+}
+
+// True when t's elements tile one block of memory exactly (some order of its dims is row-major).
+bool dense_block(const TensorView& t) {
+  int dims[TensorView::kMaxDims];
+  int n = 0;
+  for (int d = 0; d < t.ndim; ++d)
+    if (t.shape[d] > 1) dims[n++] = d;  // a dim of size 1 may have any stride
+  std::sort(dims, dims + n, [&t](int a, int b) { return t.stride[a] < t.stride[b]; });
+  int64_t expected = 1;
+  for (int i = 0; i < n; ++i) {
+    if (t.stride[dims[i]] != expected) return false;
+    expected *= t.shape[dims[i]];
+  }
+  return true;
 }
 
 }  // namespace
@@ -65,8 +84,17 @@ BwdPlan make_bwd_plan(const Problem& p) {
     offset += align_up(bytes);
     return at;
   };
-  plan.lse_log2 = take(row_stats);
-  plan.dsum = take(row_stats);
+  // D and lse * log2e (the row statistics) live in dq's own memory when it is one dense, 16-byte
+  // aligned block with room for them: only the postprocess writes dq, after the last reader of the
+  // statistics (and the safe pass recomputes them). The workspace then holds just the fp32
+  // accumulators, which keeps the extra memory of a backward at cuDNN's.
+  const std::size_t dq_bytes = static_cast<std::size_t>(p.dq.numel()) * dtype_size(p.dq.dtype);
+  plan.stats_in_dq = p.dq.defined() && dense_block(p.dq) && reinterpret_cast<std::uintptr_t>(p.dq.data) % 16 == 0 &&
+                     dq_bytes >= 2 * row_stats;
+  if (!plan.stats_in_dq) {
+    plan.lse_log2 = take(row_stats);
+    plan.dsum = take(row_stats);
+  }
   plan.dq_accum = take(plan.dq_accum_elems * sizeof(float));
   plan.dq_sema = take(plan.dq_sema_elems * sizeof(int));
   plan.dk_accum = take(plan.dk_accum_elems * sizeof(float));
