@@ -5,20 +5,28 @@
 # of every step (and the benchmark's JSON) under OUTDIR. Later steps run even when an earlier one
 # fails; the exit status is non-zero when any step failed. A summary table is printed last.
 #
-# Usage: scripts/gpu_check.sh OUTDIR [--quick]
+# Usage: scripts/gpu_check.sh OUTDIR [--quick] [--part cpp|python|all]
 #   --quick   build head dims 64 and 128 for sm_90a only, and run the benchmark's --quick grid
+#   --part    cpp: build, the C++ suites, sm90 forward check, doctor, memcheck; python: build (a
+#             no-op when the same build dir is there), pytest and the benchmarks; all (default):
+#             both. Two calls with the same BUILD_DIR split a run too long for one time limit.
 # Environment: FLASHTRAIN_CUDA_ARCHS (default "80;90a"), FLASHTRAIN_HDIMS (default all:
 #   "64;96;128;192;256"), BUILD_DIR (default build-gpu), JOBS (default nproc), STEP_TIMEOUT
 #   (seconds per step, default 900).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 outdir=""
 quick=0
+part=all
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
+    --part)
+      part=${2:-}
+      [[ "$part" =~ ^(cpp|python|all)$ ]] || { echo "--part takes cpp, python or all (see --help)" >&2; exit 2; }
+      shift ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
     *) [[ -n "$outdir" ]] && { echo "one OUTDIR only (see --help)" >&2; exit 2; }; outdir="$1" ;;
@@ -99,9 +107,28 @@ built=0
 step "build ($archs; $hdims)" build.log cmake --build "$build" -j "$jobs" && built=1
 
 # ---- tests -----------------------------------------------------------------------------------
-if [[ $built == 1 ]]; then
+lib="$PWD/$build/python/flashtrain/libflashtrain_torch.so"
+# The sm90 forward's own check (reference comparison on 21 cases) and throughput table.
+sm90_tool=0
+if [[ $built == 1 && "$archs" == *90a* ]] && nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude \
+     -Isrc bench/sm90_fwd_check.cu "$build/libflashtrain.a" -Xcompiler -fopenmp -o "$build/sm90_fwd_check" \
+     >"$outdir/sm90_build.log" 2>&1; then
+  sm90_tool=1
+fi
+if [[ $built == 1 && $part != python ]]; then
   step "ctest" ctest.log ctest --test-dir "$build" --output-on-failure -j 4 --timeout 600
-  lib="$PWD/$build/python/flashtrain/libflashtrain_torch.so"
+  step "sm80 path (FLASHTRAIN_DISABLE_SM90=1)" tests_sm80_forward.log env FLASHTRAIN_DISABLE_SM90=1 \
+    "$build/flashtrain_tests" --gtest_filter='*cuda*:*Cuda*:*CUDA*'
+  if [[ $sm90_tool == 1 ]]; then
+    step "sm90 forward check" sm90_check.log "$build/sm90_fwd_check" --check
+  else
+    skip "sm90 forward check" "sm_90a not built (see sm90_build.log)"
+  fi
+  # The opt-in AMX bf16 forward of the CPU backend (the GPU machine's CPU has AMX; CI's does not).
+  step "CPU AMX (FLASHTRAIN_CPU_AMX=1)" tests_cpu_amx.log env FLASHTRAIN_CPU_AMX=1 \
+    "$build/flashtrain_tests" --gtest_filter='CpuAmx*:*Accuracy*cpu_bf16*:*MaskedRows*cpu_bf16*'
+fi
+if [[ $built == 1 && $part != cpp ]]; then
   if [[ -n "$torch_dir" && -f "$lib" ]]; then
     step "pytest (CUDA, transformers)" pytest.log env FLASHTRAIN_TORCH_LIBRARY="$lib" \
       PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" $python -X faulthandler -m pytest -q -p no:cacheprovider tests/python
@@ -112,46 +139,36 @@ if [[ $built == 1 ]]; then
   else
     skip "pytest" "torch or its extension build is not available"
   fi
-  # The sm90 forward's own check (reference comparison on 21 cases) and throughput table.
-  if [[ "$archs" == *90a* ]] && nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
-       bench/sm90_fwd_check.cu "$build/libflashtrain.a" -Xcompiler -fopenmp -o "$build/sm90_fwd_check" \
-       >"$outdir/sm90_build.log" 2>&1; then
-    step "sm90 forward check" sm90_check.log "$build/sm90_fwd_check" --check
-    step "sm90 forward bench" sm90_bench.log "$build/sm90_fwd_check" --bench
-  else
-    skip "sm90 forward check" "sm_90a not built (see sm90_build.log)"
-  fi
-  # The opt-in AMX bf16 forward of the CPU backend (the GPU machine's CPU has AMX; CI's does not).
-  step "CPU AMX (FLASHTRAIN_CPU_AMX=1)" tests_cpu_amx.log env FLASHTRAIN_CPU_AMX=1 \
-    "$build/flashtrain_tests" --gtest_filter='CpuAmx*:*Accuracy*cpu_bf16*:*MaskedRows*cpu_bf16*'
-  step "sm80 forward (FLASHTRAIN_DISABLE_SM90=1)" tests_sm80_forward.log env FLASHTRAIN_DISABLE_SM90=1 \
-    "$build/flashtrain_tests" --gtest_filter='*cuda*:*Cuda*:*CUDA*'
+  [[ $sm90_tool == 1 ]] && step "sm90 forward bench" sm90_bench.log "$build/sm90_fwd_check" --bench
 fi
 
 # ---- benchmark -------------------------------------------------------------------------------
-if [[ ! -f $bench ]]; then
+if [[ $part == cpp ]]; then
+  :
+elif [[ ! -f $bench ]]; then
   skip "benchmark" "$bench does not exist"
 elif [[ -z "$torch_dir" ]]; then
   skip "benchmark" "torch or its extension build is not available"
 elif [[ $built == 0 ]]; then
   skip "benchmark" "build failed"
 else
+  # Issue 3's memory bar: peak extra memory of fwd+bwd at B=1, H=16, D=128, S=65536 (bf16).
+  step "memory S=65536" bench_memory.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
+    FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
+    $python "$bench" --seqlens 65536 --dims 128 --dtypes bf16 --causal no --reps 3 \
+    --json "$outdir/bench_memory.json" --markdown "$outdir/bench_memory.md"
   bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md" --deterministic)
   [[ $quick == 1 ]] && bench_args+=(--quick)
   step "benchmark" bench.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
     FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
     $python "$bench" "${bench_args[@]}"
   $python bench/plot_bench.py "$outdir/bench.json" --out "$outdir/bench.png" >/dev/null 2>&1 || true
-  # Issue 3's memory bar: peak extra memory of fwd+bwd at B=1, H=16, D=128, S=65536 (bf16).
-  step "memory S=65536" bench_memory.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
-    FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
-    $python "$bench" --seqlens 65536 --dims 128 --dtypes bf16 --causal no --reps 3 \
-    --json "$outdir/bench_memory.json" --markdown "$outdir/bench_memory.md"
 fi
 
-# ---- doctor and memcheck (after the benchmark: the slowest checks last) ------------------------
-if [[ $built == 1 ]]; then
-  step "doctor --backend all" doctor.log "$build/flashtrain" doctor --backend all
+# ---- memcheck and doctor (after the benchmark: the slowest checks last) ------------------------
+if [[ $part == python ]]; then
+  :
+elif [[ $built == 1 ]]; then
   # Small CUDA cases under memcheck: out-of-bounds or misaligned accesses, uninitialised reads.
   if command -v compute-sanitizer >/dev/null 2>&1; then
     filter='*Cuda*Small*bf16*'  # one dtype: memcheck slows kernels 10-100x
@@ -165,6 +182,7 @@ if [[ $built == 1 ]]; then
   else
     skip "memcheck" "compute-sanitizer not found"
   fi
+  step "doctor --backend all" doctor.log "$build/flashtrain" doctor --backend all
 else
   skip "ctest" "build failed"
   skip "doctor" "build failed"
@@ -174,7 +192,7 @@ fi
 # ---- summary ---------------------------------------------------------------------------------
 {
   echo
-  echo "flashtrain gpu_check ($(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  echo "flashtrain gpu_check ($(date -u '+%Y-%m-%d %H:%M UTC'), commit ${FLASHTRAIN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')})"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
   printf '%-34s %-8s %s\n' "step" "seconds" "result"
   for i in "${!names[@]}"; do printf '%-34s %-8s %s\n' "${names[$i]}" "${seconds[$i]}" "${results[$i]}"; done

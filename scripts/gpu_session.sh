@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # One device call does everything: scripts/gpu_check.sh (build, C++ tests on CUDA, pytest incl.
 # transformers, the checkpoint bench, the sm90 forward check, the sm80 path tests, benchmark,
-# doctor, memcheck), then the CPU benchmark against torch, or the end-to-end Llama benchmark.
+# doctor, memcheck), then the CPU benchmark against torch (not with --full), or the end-to-end
+# Llama benchmark.
 # Logs go to a scratch folder and come back as OUTDIR/logs.tgz (the device returns at most 8
 # files); the summary is printed last.
-# Usage: scripts/gpu_session.sh OUTDIR [--full] [--e2e SECONDS]
+# Usage: scripts/gpu_session.sh OUTDIR [--full] [--part cpp|python] [--e2e SECONDS]
 #   --full         all head dims and the full bench grid
+#   --part         only gpu_check's C++ checks or its Python tests and benchmarks (gpu_check.sh
+#                  --part); a full run is two calls, cpp then python, on the same (warm) machine
 #   --e2e SECONDS  after gpu_check, bench/e2e/run_e2e.py with that budget (bf16 sweep at 2k-16k
 #                  plus short loss curves) instead of the CPU benchmark; results in OUTDIR/e2e.tgz
 # Environment: SESSION_TIMEOUT (seconds for gpu_check, default 480), STEP_TIMEOUT (per step, 150).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || -z "${1:-}" ]] && { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || -z "${1:-}" ]] && { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 quick=--quick
+part=all
 e2e=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --full) quick="" ;;
+    --part) part=$2; shift ;;
     --e2e) e2e=$2; shift ;;
     *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -38,7 +43,7 @@ finish() {
 trap finish EXIT
 
 STEP_TIMEOUT=${STEP_TIMEOUT:-150} BUILD_DIR=$build timeout "${SESSION_TIMEOUT:-480}" \
-  scripts/gpu_check.sh "$logs/gpu_check" $quick > "$logs/gpu_check.log" 2>&1
+  scripts/gpu_check.sh "$logs/gpu_check" $quick --part "$part" > "$logs/gpu_check.log" 2>&1
 echo "gpu_check exit $?" >> "$logs/gpu_check.log"
 lib=$PWD/$build/python/flashtrain/libflashtrain_torch.so
 if [[ -f $lib && $e2e -gt 0 ]]; then
@@ -46,7 +51,7 @@ if [[ -f $lib && $e2e -gt 0 ]]; then
   FLASHTRAIN_TORCH_LIBRARY=$lib PYTHONPATH=$PWD/python timeout $((e2e + 60)) \
     python3 bench/e2e/run_e2e.py --mode all --out-dir /tmp/ft_e2e --budget-seconds "$e2e" \
     --lc-budget-seconds $((e2e / 3)) --dtypes bf16 --checkpoint none --seqs 2k,4k,8k,16k > "$logs/e2e.log" 2>&1
-elif [[ -f $lib ]]; then
+elif [[ -f $lib && $part != cpp && -n $quick ]]; then  # a --full run spends the time on the grid
   FLASHTRAIN_TORCH_LIBRARY=$lib PYTHONPATH=$PWD/python timeout 60 \
     python3 bench/bench_cpu.py --reps 3 --markdown "$logs/cpu.md" > "$logs/cpu_bench.log" 2>&1
   FLASHTRAIN_CPU_AMX=1 FLASHTRAIN_TORCH_LIBRARY=$lib PYTHONPATH=$PWD/python timeout 60 \
