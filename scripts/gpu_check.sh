@@ -131,7 +131,7 @@ fi
 if [[ $built == 1 && $part != cpp ]]; then
   if [[ -n "$torch_dir" && -f "$lib" ]]; then
     step "pytest (CUDA, transformers)" pytest.log env FLASHTRAIN_TORCH_LIBRARY="$lib" \
-      PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" $python -X faulthandler -m pytest -q -p no:cacheprovider tests/python
+      PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" $python -X faulthandler -m pytest -q -rs -p no:cacheprovider tests/python
     grep -q "Fatal Python error" "$outdir/pytest.log" && scripts/gpu_debug_torch.sh "$outdir/torch_debug" >/dev/null 2>&1
     step "checkpoint bench" bench_checkpoint.log env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
       FLASHTRAIN_TORCH_LIBRARY="$lib" $python bench/bench_checkpoint.py --json "$outdir/bench_checkpoint.json" \

@@ -100,7 +100,7 @@ def _autocast_inputs(query, key, value):
     if not any(t.dtype == torch.float32 for t in (query, key, value)):
         return query, key, value
     if hasattr(torch, "get_autocast_dtype"):
-        enabled = torch.is_autocast_enabled(device) if device != "cpu" else torch.is_autocast_cpu_enabled()
+        enabled = torch.is_autocast_enabled(device)  # torch >= 2.4 takes the device type
         dtype = torch.get_autocast_dtype(device) if enabled else None
     elif device == "cuda":
         dtype = torch.get_autocast_gpu_dtype() if torch.is_autocast_enabled() else None
