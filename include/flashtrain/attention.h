@@ -45,11 +45,12 @@ enum class CausalAlign : int {
 // and head dim, Hopper included) runs the sm80 backward kernel of the overflow guard's safe pass
 // as its only pass: P and dS are split into two 16-bit halves, hi = round(x) and
 // lo = round(x - hi), and the dV, dQ and dK GEMMs run on both into the same fp32 accumulators, so
-// they see P and dS to about 2^-22 (fp16) / 2^-17 (bf16) relative instead of 2^-11 / 2^-8, and dS
+// they see P and dS to about 2^-22 (fp16) / 2^-16 (bf16) relative instead of 2^-11 / 2^-8, and dS
 // is scaled by exact powers of two so it never overflows fp16 (fp16 values below 2^-14 keep its
 // subnormal spacing). Three of the five backward GEMMs run twice, and the Hopper (sm90) backward
-// kernel is never used, so it is slower than kDefault; NumericsReport counts no safe-mode rerun. What it cannot remove: D = rowsum(dO * out) uses `out` as given (rounded
-// to the input dtype), and the stored gradients are rounded to it. The CUDA forward ignores it.
+// kernel is never used, so it is slower than kDefault; NumericsReport counts no safe-mode rerun.
+// What it cannot remove: D = rowsum(dO * out) uses `out` as given (rounded to the input dtype),
+// and the stored gradients are rounded to it. The CUDA forward ignores it.
 enum class Precision : int {
   kDefault = 0,  // P and dS rounded to the input dtype before the GEMMs (FlashAttention's choice)
   kHigh = 1,     // P and dS kept in higher precision in backward (see above)

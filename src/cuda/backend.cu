@@ -159,22 +159,30 @@ void run_bwd_kernels(const Problem& p, void* workspace, cudaStream_t stream) {
 // guard adds a few empty launches and no synchronisation. A report request takes the sm80 main
 // kernel, which records max |dS| (as forward() does for its telemetry), and reads the guard's
 // words back, synchronising.
+//
+// Precision::kHigh runs the sm80 safe pass alone instead, on every GPU and head dim (sm90 too):
+// its main kernel splits P and dS into hi + lo 16-bit halves for the GEMMs (sm80/bwd_safe_scale.h),
+// and run_bwd_safe, given kHigh, prepares D and lse itself and runs unconditionally. It never
+// raises the guard's flag and is not followed by another safe pass, so the report counts no rerun.
 void run_bwd_guarded(const Problem& p, void* workspace, cudaStream_t stream) {
-  if (p.report != nullptr) {
-    sm80::run_bwd(p, workspace, stream);
+  static const bool debug = std::getenv("FLASHTRAIN_DEBUG") != nullptr;
+  if (p.precision == Precision::kHigh) {
+    if (debug) std::fprintf(stderr, "flashtrain: backward on the sm80 split pass: precision=high\n");
+    sm80::run_bwd_safe(p, workspace, stream);
   } else {
-    run_bwd_kernels(p, workspace, stream);
+    if (p.report != nullptr) {
+      sm80::run_bwd(p, workspace, stream);
+    } else {
+      run_bwd_kernels(p, workspace, stream);
+    }
+    sm80::run_bwd_safe(p, workspace, stream);
   }
-  sm80::run_bwd_safe(p, workspace, stream);
   if (p.report != nullptr) sm80::read_bwd_numerics(p, workspace, stream);
 }
 
 }  // namespace
 
 void backward(const Problem& p) {
-  FT_CHECK(p.precision == Precision::kDefault,
-           "cuda backward: precision=high is not implemented on CUDA yet (P and dS are rounded to the input "
-           "dtype before the GEMMs, as with Precision::kDefault); the CPU backend keeps them in fp32");
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const std::size_t needed = sm80::bwd_workspace_size(p);
   void* workspace = p.workspace;

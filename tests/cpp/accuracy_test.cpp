@@ -22,6 +22,20 @@ class Accuracy : public ::testing::TestWithParam<Target> {
     return dense_spec(name, 2, 77, 131, 2, 2, 64, 64, dtype());
   }
   void check(const CaseSpec& s) const { expect_case_passes(s, backend()); }
+  // Every feature at once on the base problem: causal, window, softcap, ALiBi, dropout, GQA, padded.
+  CaseSpec everything_together(const std::string& name) const {
+    CaseSpec s = base(name);
+    s.heads_q = 4;
+    s.heads_k = 2;
+    s.options.causal = true;
+    s.options.window_left = 31;
+    s.options.softcap = 20.0;
+    s.alibi = Alibi::kPerBatchHead;
+    s.options.dropout_p = 0.17;
+    s.options.seed = 99;
+    s.layout = Layout::kPadded;
+    return s;
+  }
 };
 
 TEST_P(Accuracy, Plain) {
@@ -179,17 +193,7 @@ TEST_P(Accuracy, Dropout) {
 }
 
 TEST_P(Accuracy, EverythingTogether) {
-  CaseSpec s = base("causal window softcap ALiBi dropout GQA padded");
-  s.heads_q = 4;
-  s.heads_k = 2;
-  s.options.causal = true;
-  s.options.window_left = 31;
-  s.options.softcap = 20.0;
-  s.alibi = Alibi::kPerBatchHead;
-  s.options.dropout_p = 0.17;
-  s.options.seed = 99;
-  s.layout = Layout::kPadded;
-  check(s);
+  check(everything_together("causal window softcap ALiBi dropout GQA padded"));
 }
 
 TEST_P(Accuracy, LargeLogits) {
@@ -204,20 +208,22 @@ TEST_P(Accuracy, LargeUpstreamGradient) {
   check(s);
 }
 
-// kHigh: the CPU backend keeps P and dS in fp32 (it always does) and passes the rule; the CUDA
-// backward does not implement it yet and must say so rather than silently round them.
+// kHigh: the CPU backend keeps P and dS in fp32 (it always does); the CUDA backward runs the split
+// kernel (P and dS as hi + lo 16-bit halves) as its only pass. Both pass the rule, on the features
+// the split kernel handles itself (masks, softcap, ALiBi, dropout, GQA, varlen, strides).
 TEST_P(Accuracy, PrecisionHigh) {
   CaseSpec s = base("Precision::kHigh");
   s.options.precision = Precision::kHigh;
   s.options.causal = true;
-  if (backend() != Backend::kCUDA) return check(s);
-  try {
-    check::run_case(s, backend());
-    ADD_FAILURE() << "the CUDA backward accepted Precision::kHigh, which it does not implement";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("precision=high is not implemented on CUDA"), std::string::npos)
-        << e.what();
-  }
+  check(s);
+  CaseSpec all = everything_together("Precision::kHigh, causal window softcap ALiBi dropout GQA padded");
+  all.options.precision = Precision::kHigh;
+  check(all);
+  CaseSpec varlen = base("Precision::kHigh, varlen");
+  varlen.options.precision = Precision::kHigh;
+  varlen.seqlens_q = {37, 0, 1, 70, 5};
+  varlen.seqlens_k = {50, 3, 1, 66, 0};
+  check(varlen);
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, Accuracy, ::testing::ValuesIn(targets_present()), target_name);

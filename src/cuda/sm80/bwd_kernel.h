@@ -11,8 +11,9 @@
 //   dK += dS^T Q,   dQ_accum += scale * dS K                 (fp32 atomics, bwd_epilogue.h)
 // and finally writes dK (times scale) and dV (bwd_epilogue.h), raising the overflow guard's flag
 // when a stored value is non-finite. The safe pass (kPass = BwdPass::kSafe) runs only when that
-// flag is set and rescales dS by powers of two so it fits the input dtype (bwd_safe_scale.h).
-// With telemetry on, the normal pass folds max |dS| into the guard's words.
+// flag is set (or as the only pass, for Precision::kHigh); it rescales dS by powers of two so it
+// fits the input dtype and runs the P / dS GEMMs on hi + lo halves (bwd_safe_scale.h).
+// With telemetry on, each pass folds max |dS| (fp32, before any scaling) into the guard's words.
 #pragma once
 #include <cuda_runtime.h>
 #include <cute/tensor.hpp>
@@ -243,6 +244,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
       }
       // dV accumulates P * keep; its 1 / (1 - p) is applied once in store_dkv.
       if (p.dropout) apply_dropout(s, tScS, dropout, bh, m0, n0);
+      if (p.telemetry) {
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc_dp); ++i) ds_max = fmaxf(ds_max, fabsf(acc_dp(i)));
+      }
       if constexpr (kSafe) {
         // The row statistics of this stage were read above; their lse slots are the scratch.
         const int e = safe_ds_exponent<Traits::kNThreads / 32>(acc_dp, smem_stats + stage * 2 * kBlockM);
@@ -255,17 +260,46 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
         const float down = exact_pow2(-ds_exponent);
         CUTE_UNROLL
         for (int i = 0; i < size(acc_dp); ++i) acc_dp(i) *= down;
-      } else if (p.telemetry) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc_dp); ++i) ds_max = fmaxf(ds_max, fabsf(acc_dp(i)));
       }
     }
-    cute::copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_s)), store_pds_thr.partition_D(sP));
-    cute::copy(store_pds, store_pds_thr.retile_S(convert_fragment<Element>(acc_dp)), store_pds_thr.partition_D(sdS));
+
+    // P and dS go through shared memory in the input dtype: dV += P^T dO, dQ += dS K, dK += dS^T Q.
+    const auto p_hi = convert_fragment<Element>(acc_s);
+    cute::copy(store_pds, store_pds_thr.retile_S(p_hi), store_pds_thr.partition_D(sP));
+    const auto ds_hi = convert_fragment<Element>(acc_dp);
+    cute::copy(store_pds, store_pds_thr.retile_S(ds_hi), store_pds_thr.partition_D(sdS));
     __syncthreads();
 
-    gemm_ss(acc_dv, tdVrPt, tdVrdOt, ldsm_dkv_a_thr.partition_S(sPt), ldsm_dkv_b_thr.partition_S(sdOt_at(stage)),
-            mma_dkv, ldsm_dkv_a, ldsm_dkv_b);
+    if constexpr (kSafe) {
+      // The split (bwd_safe_scale.h): the high halves are in sP / sdS; the low halves, made now so
+      // that only they stay in registers, go through sP once the GEMMs reading it are done. dS's
+      // low half stays in sP for the dQ GEMMs below, which add both halves of a chunk before its
+      // one atomic add (and its one deterministic turn). (The normal pass spells its GEMM calls
+      // out: routing them through lambdas changes its generated code.)
+      const auto p_lo = split_low_half<Element>(acc_s, p_hi);
+      const auto ds_lo = split_low_half<Element>(acc_dp, ds_hi);
+      auto gemm_dv = [&]() {  // from sP
+        gemm_ss(acc_dv, tdVrPt, tdVrdOt, ldsm_dkv_a_thr.partition_S(sPt), ldsm_dkv_b_thr.partition_S(sdOt_at(stage)),
+                mma_dkv, ldsm_dkv_a, ldsm_dkv_b);
+      };
+      auto gemm_dk = [&](auto& ds_t) {  // ds_t: a dS tile, transposed view
+        gemm_ss(acc_dk, tdKrdSt, tdKrQt, ldsm_dkv_a_thr.partition_S(ds_t), ldsm_dkv_b_thr.partition_S(sQt_at(stage)),
+                mma_dkv, ldsm_dkv_a, ldsm_dkv_b);
+      };
+      gemm_dv();
+      __syncthreads();  // every warp is done with P's high half
+      cute::copy(store_pds, store_pds_thr.retile_S(p_lo), store_pds_thr.partition_D(sP));
+      __syncthreads();
+      gemm_dv();
+      gemm_dk(sdSt);
+      __syncthreads();  // ... and with P's low half
+      cute::copy(store_pds, store_pds_thr.retile_S(ds_lo), store_pds_thr.partition_D(sP));
+      __syncthreads();
+      gemm_dk(sPt);
+    } else {
+      gemm_ss(acc_dv, tdVrPt, tdVrdOt, ldsm_dkv_a_thr.partition_S(sPt), ldsm_dkv_b_thr.partition_S(sdOt_at(stage)),
+              mma_dkv, ldsm_dkv_a, ldsm_dkv_b);
+    }
     {
       int* sema = p.deterministic ? dq_semaphore(p, b, hq, m_block) : nullptr;
       if (p.deterministic) wait_dq_turn(sema, n_block - first_key_tile(geo.mask(p), m0, kBlockN));
@@ -273,22 +307,27 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
       for (int chunk = 0; chunk < kDimQK / kDqChunk; ++chunk) {
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqChunk>>{});
         clear(acc_dq);
-        gemm_ss(acc_dq, tdQrdS, tdQrKt, ldsm_dq_a_thr.partition_S(sdS),
-                ldsm_dq_b_thr.partition_S(local_tile(sKt, Shape<Int<kDqChunk>, Int<kBlockN>>{}, make_coord(chunk, 0))),
-                mma_dq, ldsm_dq_a, ldsm_dq_b);
+        auto tdQsKt =
+            ldsm_dq_b_thr.partition_S(local_tile(sKt, Shape<Int<kDqChunk>, Int<kBlockN>>{}, make_coord(chunk, 0)));
+        gemm_ss(acc_dq, tdQrdS, tdQrKt, ldsm_dq_a_thr.partition_S(sdS), tdQsKt, mma_dq, ldsm_dq_a, ldsm_dq_b);
+        if constexpr (kSafe) {  // dS's low half
+          gemm_ss(acc_dq, tdQrdS, tdQrKt, ldsm_dq_a_thr.partition_S(sP), tdQsKt, mma_dq, ldsm_dq_a, ldsm_dq_b);
+        }
         accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, hq, m0, chunk * kDqChunk,
                               kSafe ? exact_pow2(ds_exponent) : 1.0f);
       }
       if (p.deterministic) pass_dq_turn(sema);
     }
-    gemm_ss(acc_dk, tdKrdSt, tdKrQt, ldsm_dkv_a_thr.partition_S(sdSt), ldsm_dkv_b_thr.partition_S(sQt_at(stage)),
-            mma_dkv, ldsm_dkv_a, ldsm_dkv_b);
+    if constexpr (!kSafe) {
+      gemm_ss(acc_dk, tdKrdSt, tdKrQt, ldsm_dkv_a_thr.partition_S(sdSt), ldsm_dkv_b_thr.partition_S(sQt_at(stage)),
+              mma_dkv, ldsm_dkv_a, ldsm_dkv_b);
+    }
     __syncthreads();  // the next step overwrites sP, sdS and (single stage) sQ / sdO
     if (kStages == 1 && step + 1 < num_steps) load_q_tile(step + 1, 0);
   }
   cp_async_wait<0>();  // K/V loads of a tile no Q tile reaches are still in flight
 
-  if (!kSafe && p.telemetry) telemetry_warp_max(&p.numerics->max_abs_ds, ds_max);
+  if (p.telemetry) telemetry_warp_max(&p.numerics->max_abs_ds, ds_max);
   store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, kv_rows, kSafe ? exact_pow2(ds_exponent) : 1.0f,
                     kSafe ? nullptr : &p.numerics->nonfinite);
 }

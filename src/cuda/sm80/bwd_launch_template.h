@@ -2,9 +2,11 @@
 // `stream`, no synchronisation and no allocation (the workspace holds bwd_workspace_bytes(p),
 // laid out as documented in bwd_plan.h). run_bwd_hdim is the normal pass; run_bwd_safe_hdim the
 // overflow guard's safe pass, enqueued after the normal pass of either path (sm80 or sm90 main
-// kernel): its kernels exit at once unless the normal pass raised the guard's flag. Both are
-// instantiated once per head-dim pair and dtype by the files src/cuda/instantiations/generate.py
-// writes.
+// kernel): its kernels exit at once unless the normal pass raised the guard's flag. With
+// Precision::kHigh, run_bwd_safe_hdim is the backward's only pass instead: the normal preprocess,
+// then the safe main kernel (P and dS split into hi + lo halves, bwd_safe_scale.h) and
+// postprocess, which run because the launcher raises kFlagSplitPassAsMain. Both are instantiated
+// once per head-dim pair and dtype by the files src/cuda/instantiations/generate.py writes.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -15,6 +17,7 @@
 #include "bwd_plan.h"
 #include "bwd_postprocess.h"
 #include "bwd_preprocess.h"
+#include "bwd_safe_scale.h"
 
 namespace flashtrain::cuda::sm80 {
 
@@ -24,8 +27,16 @@ void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) 
   const BwdPlan plan = make_bwd_plan(problem);
   const BwdParams params = make_bwd_params(problem, plan, workspace);
 
-  launch_bwd_preprocess<Element, kDimQK, kDimV, kPass>(params, stream);
-  check_launch("bwd_preprocess");
+  if (kPass == BwdPass::kSafe && problem.precision == Precision::kHigh) {
+    // The safe pass as the only pass: D, lse_log2 and zeroed accumulators and words from the
+    // normal preprocess (no rerun counted), then the flag that lets the safe kernels run.
+    launch_bwd_preprocess<Element, kDimQK, kDimV, BwdPass::kNormal>(params, stream);
+    check_launch("bwd_preprocess");
+    raise_split_pass_flag(params.numerics, stream);
+  } else {
+    launch_bwd_preprocess<Element, kDimQK, kDimV, kPass>(params, stream);
+    check_launch("bwd_preprocess");
+  }
 
   if (plan.n_blocks > 0 && problem.batch > 0) {
     auto* kernel = &bwd_main_kernel<Traits, kPass>;

@@ -1,13 +1,24 @@
 // The host side of the backward's guard words (bwd_plan.h, BwdNumericsWords): read only when the
-// caller asked for a NumericsReport, the one case where the backward may synchronise.
+// caller asked for a NumericsReport, the one case where the backward may synchronise; and the flag
+// that runs the safe pass as the only pass for Precision::kHigh (bwd_safe_scale.h).
 #include <algorithm>
 
 #include "../common/cuda_check.h"
 #include "bwd_plan.h"
+#include "bwd_safe_scale.h"
 #include "fwd_telemetry.h"
 #include "launch.h"
 
 namespace flashtrain::cuda::sm80 {
+
+namespace {
+__global__ void raise_split_pass_flag_kernel(BwdNumericsWords* words) { words->nonfinite |= kFlagSplitPassAsMain; }
+}  // namespace
+
+void raise_split_pass_flag(BwdNumericsWords* words, cudaStream_t stream) {
+  raise_split_pass_flag_kernel<<<1, 1, 0, stream>>>(words);
+  check_launch("raise_split_pass_flag");
+}
 
 void read_bwd_numerics(const Problem& p, const void* workspace, cudaStream_t stream) {
   const BwdPlan plan = make_bwd_plan(p);

@@ -10,10 +10,24 @@
 // stays below 2^kSafeDsLog2Max. Powers of two make every rescale exact; the only loss is dS values
 // pushed into fp16's subnormals, whose absolute error (2^-25 * 2^e) is about 2^-40 of max |dS|,
 // far below the rounding of the largest values.
+//
+// The safe pass also splits P and dS: the normal pass rounds both to the 16-bit input dtype for the
+// dV, dQ and dK GEMMs (relative 2^-11 in fp16, 2^-8 in bf16), the dominant dQ / dK error on hard
+// inputs. The safe pass runs each of those GEMMs twice, on hi = round(x) and on lo = round(x - hi),
+// into the same fp32 accumulators. x - hi is exact in fp32, so hi + lo holds x to about 2^-22
+// (fp16) or 2^-16 (bf16) relative, or to fp16's subnormal spacing 2^-24 absolute for small x.
+//
+// Precision::kHigh runs the safe pass as the backward's only pass (bwd_launch_template.h), so its
+// GEMMs always see the split; the power-of-two dS scaling is exact and changes nothing there.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include <cute/tensor.hpp>
+
+#include "../common/fragment.h"
+#include "bwd_plan.h"
 
 namespace flashtrain::cuda::sm80 {
 
@@ -47,5 +61,27 @@ __device__ __forceinline__ int safe_ds_exponent(const Fragment& ds, float* scrat
   const int e = bits - kSafeDsLog2Max;
   return e < 0 ? 0 : (e > kSafeMaxExponent ? kSafeMaxExponent : e);
 }
+
+// The low half of the split: x - float(hi) rounded to Element, where hi = round(x) is the high half
+// the caller already stored. Overwrites x with the fp32 remainder (the caller is done with x). An
+// element whose hi is not finite (an fp32 dS overflow, which scaling cannot help) gets lo = 0, so
+// it keeps the infinity of the unsplit pass instead of turning into NaN.
+template <typename Element, class Fragment, class Hi>
+__device__ __forceinline__ auto split_low_half(Fragment& x, const Hi& hi) {
+  CUTE_UNROLL
+  for (int i = 0; i < cute::size(x); ++i) {
+    const float h = static_cast<float>(hi(i));
+    x(i) = isfinite(h) ? x(i) - h : 0.0f;
+  }
+  return convert_fragment<Element>(x);
+}
+
+// Precision::kHigh: after the normal pass's preprocess has computed D and lse_log2 and zeroed the
+// guard's words, this bit of BwdNumericsWords::nonfinite makes the safe pass's main kernel and
+// postprocess run (they run on any non-zero word) without its preprocess, which would count a
+// rerun. It is none of the NumericsFlag bits (src/cuda/common/numerics_flags.h): no overflow.
+constexpr uint32_t kFlagSplitPassAsMain = 1u << 31;
+// Raises kFlagSplitPassAsMain in words->nonfinite, ordered on `stream` (bwd_numerics.cu).
+void raise_split_pass_flag(BwdNumericsWords* words, cudaStream_t stream);
 
 }  // namespace flashtrain::cuda::sm80
