@@ -251,12 +251,15 @@ def environment(device):
     meta = dict(torch=torch.__version__, device=str(device))
     if device.type == "cuda":
         meta["gpu"] = torch.cuda.get_device_name(device)
-    try:
-        meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True, cwd=os.path.dirname(os.path.abspath(__file__)),
-                                        check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        meta["commit"] = "unknown"
+    # FLASHTRAIN_COMMIT first: the GPU machine's copy of the tree may carry a stale .git.
+    meta["commit"] = os.environ.get("FLASHTRAIN_COMMIT", "")
+    if not meta["commit"]:
+        try:
+            meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                            text=True, cwd=os.path.dirname(os.path.abspath(__file__)),
+                                            check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            meta["commit"] = "unknown"
     meta["date"] = time.strftime("%Y-%m-%d")
     return meta
 

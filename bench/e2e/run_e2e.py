@@ -654,6 +654,8 @@ def _now():
 
 
 def _commit():
+    if os.environ.get("FLASHTRAIN_COMMIT"):  # the GPU machine's copy of the tree may carry a stale .git
+        return os.environ["FLASHTRAIN_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                        stderr=subprocess.DEVNULL, universal_newlines=True).strip()

@@ -123,7 +123,10 @@ NumericsReport expect_guarded_case_passes(check::CaseSpec s, bool overflows) {
     // Precision::kHigh, which runs it) removes the dS part, not the part from out.
     const bool cancels = std::string(g.name) == "dk" && r.representable.naive_nonfinite > 0;
     if (!cancels) EXPECT_TRUE(r.representable.pass) << where << ": " << r.representable.describe();
-    if (high && !cancels && std::string(g.name) != "dv") {
+    // Issue #5's bar for precision=high is 1.25x the error of attention computed plainly in the
+    // dtype (torch's math backend). Where that baseline overflowed (non-finite), it has no finite
+    // error to compare with and the §4 rule above is the bound.
+    if (high && !cancels && std::string(g.name) != "dv" && r.representable.naive_nonfinite == 0) {
       EXPECT_LE(r.representable.max_abs_err,
                 kHighPrecisionFactor * r.representable.naive_max_abs_err + r.representable.atol)
           << where << ": precision=high " << g.name << " is not within " << kHighPrecisionFactor
@@ -282,9 +285,11 @@ TEST_P(CudaNumerics, PrecisionHighOnEveryBackwardPath) {
   quiet.options.precision = Precision::kHigh;
   const GradientCheck dq = dq_without_report(quiet);
   EXPECT_TRUE(dq.representable.pass) << dq.representable.describe();
-  EXPECT_LE(dq.representable.max_abs_err,
-            kHighPrecisionFactor * dq.representable.naive_max_abs_err + dq.representable.atol)
-      << dq.representable.describe();
+  if (dq.representable.naive_nonfinite == 0) {  // the bar needs a finite baseline (see above)
+    EXPECT_LE(dq.representable.max_abs_err,
+              kHighPrecisionFactor * dq.representable.naive_max_abs_err + dq.representable.atol)
+        << dq.representable.describe();
+  }
 }
 
 #ifdef FLASHTRAIN_WITH_CUDA
