@@ -185,6 +185,7 @@ void check_dq_schedules(int block_m, int block_n, uint32_t seed) {
 TEST(BackwardTileOrder, DeterministicSchedulesAreCompleteAndFinish) {
   check_dq_schedules(64, 128, 6);   // sm90 D = 128
   check_dq_schedules(128, 128, 7);  // sm90 D = 64
+  check_dq_schedules(64, 64, 8);    // sm80 D > 128 (sm80 D <= 128 is 64 x 128, as sm90 D = 128)
 }
 
 }  // namespace

@@ -70,7 +70,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
 
   // The column range is the whole tile (not clipped at len_k) so that first_key_tile() inverts it.
   const TileRange m_tiles = visible_query_tiles(geo.mask(p), n0, n0 + kBlockN, geo.len_q, kBlockM);
-  const int m_begin = m_tiles.begin;
   const int m_count = m_tiles.empty() ? 0 : m_tiles.end - m_tiles.begin;
   const int num_steps = m_count * p.heads_per_chunk;
 
@@ -116,10 +115,13 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
     cp_async_fence();
   }
 
-  // Step t covers query head hq_begin + t / m_count, Q tile m_begin + t % m_count.
+  // Step t covers query head hq_begin + t / m_count and step t % m_count of the walk over the Q
+  // tiles, which starts on the diagonal under the rotated dQ schedule (tile_range.h).
+  const int walk_offset = dq_walk_offset(p.dq_rotated, n_block, m_tiles, kBlockM, kBlockN);
+  auto step_m_block = [&](int step) { return dq_walk_tile(m_tiles, walk_offset, step % m_count); };
   auto load_q_tile = [&](int step, int stage) {
     const int hq = hq_begin + step / m_count;
-    const int m0 = (m_begin + step % m_count) * kBlockM;
+    const int m0 = step_m_block(step) * kBlockM;
     const Element* q_ptr = static_cast<const Element*>(p.q) + geo.q_offset(p.sq, b, m0, hq);
     const Element* do_ptr = static_cast<const Element*>(p.dout) + geo.q_offset(p.sdo, b, m0, hq);
     Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), Shape<Int<kBlockM>, Int<kDimQK>>{}, make_stride(p.sq.seq, _1{}));
@@ -185,7 +187,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
   for (int step = 0; step < num_steps; ++step) {
     const int stage = kStages == 2 ? (step & 1) : 0;
     const int hq = hq_begin + step / m_count;
-    const int m_block = m_begin + step % m_count;
+    const int m_block = step_m_block(step);
     const int m0 = m_block * kBlockM;
     if (kStages == 2 && step + 1 < num_steps) {
       load_q_tile(step + 1, stage ^ 1);
@@ -302,7 +304,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
     }
     {
       int* sema = p.deterministic ? dq_semaphore(p, b, hq, m_block) : nullptr;
-      if (p.deterministic) wait_dq_turn(sema, n_block - first_key_tile(geo.mask(p), m0, kBlockN));
+      if (p.deterministic)
+        wait_dq_turn(sema, dq_turn(geo.mask(p), p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
       CUTE_UNROLL
       for (int chunk = 0; chunk < kDimQK / kDqChunk; ++chunk) {
         Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kDqChunk>>{});

@@ -18,6 +18,7 @@
 #include "bwd_postprocess.h"
 #include "bwd_preprocess.h"
 #include "bwd_safe_scale.h"
+#include "../common/dq_schedule.h"
 
 namespace flashtrain::cuda::sm80 {
 
@@ -25,7 +26,7 @@ template <int kDimQK, int kDimV, typename Element, BwdPass kPass>
 void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) {
   using Traits = BwdTraits<kDimQK, kDimV, Element>;
   const BwdPlan plan = make_bwd_plan(problem);
-  const BwdParams params = make_bwd_params(problem, plan, workspace);
+  BwdParams params = make_bwd_params(problem, plan, workspace);
 
   if (kPass == BwdPass::kSafe && problem.precision == Precision::kHigh) {
     // The safe pass as the only pass: D, lse_log2 and zeroed accumulators and words from the
@@ -45,6 +46,8 @@ void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) 
                   kDimQK, "/", kDimV, ")");
     const dim3 grid(plan.n_blocks, static_cast<unsigned>(problem.batch),
                     static_cast<unsigned>(problem.heads_k * plan.head_chunks));
+    // After the shared-memory attribute: the occupancy query needs it.
+    params.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNThreads, Traits::kSmemBytes);
     kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
     check_launch("bwd_main");
   }

@@ -62,7 +62,7 @@ struct BwdParams {
   uint64_t seed, offset;
 
   bool deterministic;
-  bool dq_rotated;      // Q tiles walked (and, deterministic, dQ turns taken) in tile_range.h's rotated order (sm90)
+  bool dq_rotated;      // Q tiles walked (and, deterministic, dQ turns taken) in tile_range.h's rotated order
   bool accumulate_dkv;  // dK/dV go through dk_accum/dv_accum (head_chunks > 1)
 };
 
@@ -176,7 +176,7 @@ inline BwdParams make_bwd_params(const Problem& p, const BwdPlan& plan, void* wo
   r.offset = p.offset;
 
   r.deterministic = p.deterministic;
-  r.dq_rotated = false;  // the sm90 launcher decides (it needs the device's residency)
+  r.dq_rotated = false;  // the launcher decides (common/dq_schedule.h: it needs the device's residency)
   r.accumulate_dkv = plan.accumulate_dkv();
   return r;
 }

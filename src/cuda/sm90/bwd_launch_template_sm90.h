@@ -5,10 +5,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string>
-
 #include "../common/cuda_check.h"
+#include "../common/dq_schedule.h"
 #include "../sm80/bwd_params.h"
 #include "../sm80/bwd_plan.h"
 #include "../sm80/bwd_postprocess.h"
@@ -17,33 +15,6 @@
 #include "bwd_kernel_sm90.h"
 
 namespace flashtrain::cuda::sm90 {
-
-// Whether the main kernel walks its Q tiles in the rotated order of tile_range.h. Deterministic
-// mode takes it when the mask allows it and every KV tile of one (batch, head group) can be
-// resident at once (its waits need that). FLASHTRAIN_DQ_SCHEDULE: "wavefront" never rotates
-// (the wavefront needs no co-residency, e.g. beside kernels that hold SMs indefinitely);
-// "rotated" also rotates the default mode's walk (it waits on nothing there), which spreads the
-// blocks' dQ additions over different rows; unset or "auto": deterministic mode only.
-template <class Traits>
-bool rotate_dq_walk(const Problem& problem, const sm80::BwdPlan& plan) {
-  enum class Choice { kAuto, kWavefront, kRotated };
-  static const Choice choice = [] {
-    const char* env = std::getenv("FLASHTRAIN_DQ_SCHEDULE");
-    const std::string v = env ? env : "";
-    return v == "wavefront" ? Choice::kWavefront : v == "rotated" ? Choice::kRotated : Choice::kAuto;
-  }();
-  const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
-  if (choice == Choice::kWavefront || problem.varlen || !rotated_dq_order_applies(mask, problem.max_seqlen_q))
-    return false;
-  if (!problem.deterministic) return choice == Choice::kRotated;
-  int device = 0, sms = 0, per_sm = 0;
-  FT_CUDA_CHECK(cudaGetDevice(&device), "sm90 backward: cudaGetDevice");
-  FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "sm90 backward: SM count");
-  FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_kernel_sm90<Traits>, Traits::kNumThreads,
-                                                              Traits::kSmemBytes),
-                "sm90 backward: occupancy");
-  return plan.n_blocks <= sms * per_sm;
-}
 
 template <typename Element, int kHeadDim>
 void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void* workspace, cudaStream_t stream) {
@@ -84,7 +55,7 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
     auto kernel = bwd_kernel_sm90<Traits>;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "sm90 backward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
-    kp.p.dq_rotated = rotate_dq_walk<Traits>(problem, plan);
+    kp.p.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes);
     const dim3 grid(static_cast<unsigned>(plan.n_blocks), static_cast<unsigned>(batch),
                     static_cast<unsigned>(hk * plan.head_chunks));
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
