@@ -21,7 +21,8 @@ const char* const kBackwardSchema =
     "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
     "float dropout_p, float? softmax_scale, bool causal, bool causal_top_left, int window_left, "
     "int window_right, float softcap, Tensor? alibi_slopes, Tensor? rng_state, "
-    "bool deterministic, Tensor(a!)? report=None) -> (Tensor dq, Tensor dk, Tensor dv)";
+    "bool deterministic, Tensor(a!)? report=None, int precision=0) "
+    "-> (Tensor dq, Tensor dk, Tensor dv)";
 const char* const kBackendSchema =
     "backend(Tensor q, Tensor k, Tensor v, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
     "int max_seqlen_q, int max_seqlen_k, float dropout_p, float? softmax_scale, bool causal, "
@@ -113,6 +114,14 @@ class ReportTensor {
   c10::optional<at::Tensor> tensor_;
   NumericsReport report_;
 };
+
+// bwd's precision argument: the values of flashtrain::Precision (0 default, 1 high).
+Precision read_precision(int64_t precision) {
+  FT_CHECK(precision == static_cast<int64_t>(Precision::kDefault) ||
+               precision == static_cast<int64_t>(Precision::kHigh),
+           "precision must be 0 (default) or 1 (high), got ", precision);
+  return static_cast<Precision>(precision);
+}
 
 // Everything but the tensors q, k, v (and backward's extra tensors).
 AttentionOptions make_options(const c10::optional<at::Tensor>& cu_seqlens_q,
@@ -216,7 +225,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
     double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
     int64_t window_left, int64_t window_right, double softcap,
     const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
-    bool deterministic, const c10::optional<at::Tensor>& report, const ExecutionContext& context) {
+    bool deterministic, const c10::optional<at::Tensor>& report, int64_t precision,
+    const ExecutionContext& context) {
   return with_python_errors([&] {
     const TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v");
     ReportTensor telemetry(report);
@@ -225,6 +235,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
                      softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
                      alibi_slopes, rng_state, context);
     o.deterministic = deterministic;
+    o.precision = read_precision(precision);
     o.report = telemetry.get();
     require_output_ranks(q, v, qv, kv, vv, o);
     // Gradients are contiguous whatever the inputs' strides (the fake registration says the same).

@@ -46,7 +46,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_op(
     double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
     int64_t window_left, int64_t window_right, double softcap,
     const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
-    bool deterministic, const c10::optional<at::Tensor>& report, const ExecutionContext& context);
+    bool deterministic, const c10::optional<at::Tensor>& report, int64_t precision,
+    const ExecutionContext& context);
 
 // Kernel functions with the exact schema signatures, for m.impl(). DeviceScope is constructed
 // from q for the duration of the call and provides context().
@@ -88,12 +89,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward_kernel(
     double dropout_p, c10::optional<double> softmax_scale, bool causal, bool causal_top_left,
     int64_t window_left, int64_t window_right, double softcap,
     const c10::optional<at::Tensor>& alibi_slopes, const c10::optional<at::Tensor>& rng_state,
-    bool deterministic, const c10::optional<at::Tensor>& report) {
+    bool deterministic, const c10::optional<at::Tensor>& report, int64_t precision) {
   const DeviceScope scope(q);
   return backward_op(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, dropout_p, softmax_scale, causal, causal_top_left, window_left,
                      window_right, softcap, alibi_slopes, rng_state, deterministic, report,
-                     scope.context());
+                     precision, scope.context());
 }
 
 }  // namespace flashtrain::torch_binding

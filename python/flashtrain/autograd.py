@@ -15,15 +15,27 @@ def _last_dim_contiguous(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+# The precision keyword of the Python API and the operator's values for it.
+PRECISIONS = {"default": ops.PRECISION_DEFAULT, "high": ops.PRECISION_HIGH}
+
+
+def _precision_code(precision):
+    if isinstance(precision, str) and precision in PRECISIONS:
+        return PRECISIONS[precision]
+    raise ValueError("precision must be one of %s, got %r"
+                     % (", ".join(repr(p) for p in PRECISIONS), precision))
+
+
 class FlashAttentionFunction(torch.autograd.Function):
     """apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
     softmax_scale, causal, causal_top_left, window_left, window_right, softcap, alibi_slopes,
-    rng_state, deterministic) -> (out, lse); lse is not differentiable."""
+    rng_state, deterministic, precision=ops.PRECISION_DEFAULT) -> (out, lse); lse is not
+    differentiable. precision (ops.PRECISION_DEFAULT or ops.PRECISION_HIGH) is backward's."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                 softmax_scale, causal, causal_top_left, window_left, window_right, softcap,
-                alibi_slopes, rng_state, deterministic):
+                alibi_slopes, rng_state, deterministic, precision=ops.PRECISION_DEFAULT):
         # The monitor open now also receives this call's backward telemetry.
         ctx.report = numerics.active_report()
         out, lse = ops.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -34,6 +46,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         ctx.options = (max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
                        causal_top_left, window_left, window_right, softcap)
         ctx.deterministic = deterministic
+        ctx.precision = precision
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -45,18 +58,27 @@ class FlashAttentionFunction(torch.autograd.Function):
         dq, dk, dv = ops.bwd(_last_dim_contiguous(dout), q, k, v, out, lse, cu_seqlens_q,
                              cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
                              causal, causal_top_left, window_left, window_right, softcap,
-                             alibi_slopes, rng_state, ctx.deterministic, ctx.report)
-        return (dq, dk, dv) + (None,) * 14
+                             alibi_slopes, rng_state, ctx.deterministic, ctx.report,
+                             ctx.precision)
+        # One None per other input; torch drops the last when precision was left out of apply().
+        return (dq, dk, dv) + (None,) * 15
 
 
 def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
               dropout_p=0.0, softmax_scale=None, causal=False, causal_top_left=False,
-              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False):
+              window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+              precision="default"):
     """Differentiable attention on BSHD (or varlen) tensors; returns (out, lse).
+
+    precision="high" makes the backward keep P and dS beyond the input dtype's precision (on CUDA
+    each split into two 16-bit halves: a slower backward); "default" lets the CUDA kernels round
+    them to the input dtype, as FlashAttention does. The CPU keeps them in fp32 either way, and
+    the forward is the same either way. Anything else raises ValueError.
 
     Draws the dropout RNG state when dropout_p > 0 (see ops.draw_rng_state) and reports a
     forward run inside a checkpoint recomputation (see flashtrain.checkpoint).
     """
+    precision_code = _precision_code(precision)
     checkpoint.warn_if_recomputing()
     window_left, window_right = window_size
     rng_state = ops.draw_rng_state() if dropout_p > 0 else None
@@ -64,4 +86,4 @@ def attention(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max
     return FlashAttentionFunction.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                         max_seqlen_k, dropout_p, softmax_scale, causal,
                                         causal_top_left, window_left, window_right, softcap,
-                                        alibi_slopes, rng_state, deterministic)
+                                        alibi_slopes, rng_state, deterministic, precision_code)

@@ -5,8 +5,9 @@ fwd(q, k, v, ...) -> (out, lse); bwd(dout, q, k, v, out, lse, ...) -> (dq, dk, d
 backend(q, k, v, ...) -> "cpu" | "cuda", the backend fwd would choose.
 rng_state is a CPU int64 tensor (seed, offset) that keys the dropout mask, or None when
 dropout_p == 0. report is None or a CPU float64 tensor that the call merges its numerics telemetry
-into (flashtrain.numerics: new_report_tensor() and FIELDS). Errors in the inputs raise ValueError
-with the C++ library's message.
+into (flashtrain.numerics: new_report_tensor() and FIELDS). bwd's precision is PRECISION_DEFAULT
+or PRECISION_HIGH (backward keeps P and dS beyond the input dtype; slower on CUDA). Errors in the
+inputs raise ValueError with the C++ library's message.
 """
 import torch
 
@@ -17,6 +18,10 @@ _ops = torch.ops.flashtrain
 
 # Element count of rng_state: (seed, offset).
 RNG_STATE_ELEMENTS = 2
+# bwd's precision argument (flashtrain::Precision): P and dS rounded to the input dtype in
+# backward, or kept beyond it (a slower CUDA backward; include/flashtrain/attention.h).
+PRECISION_DEFAULT = 0
+PRECISION_HIGH = 1
 # Seeds and offsets are drawn below 2**62 so that they stay positive int64 values on every torch.
 _RNG_HIGH = 2 ** 62
 
@@ -39,6 +44,13 @@ def _call(op, *args):
         if at < 0:
             raise
         raise ValueError(message[at + len(_VALUE_ERROR_TAG):].rstrip()) from None
+
+
+def _int_argument(name, value):
+    # bool is an int in Python but not a value the operator's int arguments mean.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("%s must be an int, got %r" % (name, value))
+    return value
 
 
 def draw_rng_state():
@@ -65,12 +77,16 @@ def fwd(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqle
 def bwd(dout, q, k, v, out, lse, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
         max_seqlen_k=0, dropout_p=0.0, softmax_scale=None, causal=False, causal_top_left=False,
         window_left=-1, window_right=-1, softcap=0.0, alibi_slopes=None, rng_state=None,
-        deterministic=False, report=None):
+        deterministic=False, report=None, precision=PRECISION_DEFAULT):
+    """precision: PRECISION_DEFAULT (0) or PRECISION_HIGH (1), flashtrain::Precision's values;
+    any other value raises ValueError."""
     args = (dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
             float(dropout_p), None if softmax_scale is None else float(softmax_scale),
             bool(causal), bool(causal_top_left), int(window_left), int(window_right),
             float(softcap), alibi_slopes, rng_state, bool(deterministic))
-    return _call(_ops.bwd, *args) if report is None else _call(_ops.bwd, *args, report)
+    if report is None and precision == PRECISION_DEFAULT:
+        return _call(_ops.bwd, *args)  # the operator's original arity
+    return _call(_ops.bwd, *args, report, _int_argument("precision", precision))
 
 
 def backend(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0,
@@ -105,7 +121,8 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, d
 
 def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
               dropout_p, softmax_scale, causal, causal_top_left, window_left, window_right,
-              softcap, alibi_slopes, rng_state, deterministic, report=None):
+              softcap, alibi_slopes, rng_state, deterministic, report=None,
+              precision=PRECISION_DEFAULT):
     _check_rank(q)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 

@@ -49,6 +49,9 @@ def test_opcheck_dense(device, dropout_p):
     out, lse = torch.ops.flashtrain.fwd(*args)
     bwd_args = (torch.randn_like(out), q, k, v, out, lse) + args[3:] + (False,)
     torch.library.opcheck(torch.ops.flashtrain.bwd.default, bwd_args)
+    # With the trailing report and precision arguments (precision=high).
+    torch.library.opcheck(torch.ops.flashtrain.bwd.default,
+                          bwd_args + (None, flashtrain.ops.PRECISION_HIGH))
 
 
 def test_opcheck_varlen(device):
@@ -85,6 +88,11 @@ def _assert_same(results):
 def test_compile_flash_attn_func(device):
     fn = lambda q, k, v: flashtrain.flash_attn_func(q, k, v, causal=True, window_size=(4, -1),
                                                     softcap=3.0)
+    _assert_same(_eager_and_compiled(fn, _dense(device)))
+
+
+def test_compile_flash_attn_func_precision_high(device):
+    fn = lambda q, k, v: flashtrain.flash_attn_func(q, k, v, causal=True, precision="high")
     _assert_same(_eager_and_compiled(fn, _dense(device)))
 
 

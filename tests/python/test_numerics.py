@@ -75,6 +75,16 @@ def test_ops_take_a_report_tensor_and_keep_their_old_arity(device):
     assert report[numerics.FIELDS.index("forward_calls")].item() == 1
     ops.bwd(torch.ones_like(out), q, k, v, out, lse, report=report)
     assert report[numerics.FIELDS.index("backward_calls")].item() == 1
+    # bwd's trailing precision argument (after report) defaults to the default precision: the
+    # call without both gives the gradients of an explicit precision=0 (deterministic dQ order,
+    # so bitwise on every backend).
+    argument = torch.ops.flashtrain.bwd.default._schema.arguments[-1]
+    assert (argument.name, argument.default_value) == ("precision", ops.PRECISION_DEFAULT)
+    old_args = (torch.randn_like(out), q, k, v, out, lse, None, None, 0, 0, 0.0, None, False,
+                False, -1, -1, 0.0, None, None, True)
+    old = torch.ops.flashtrain.bwd(*old_args)
+    explicit = torch.ops.flashtrain.bwd(*old_args, None, ops.PRECISION_DEFAULT)
+    assert all(torch.equal(a, b) for a, b in zip(old, explicit))
     with pytest.raises(ValueError, match="report must be a contiguous CPU float64 tensor"):
         ops.fwd(q, k, v, report=torch.zeros(3))
 
