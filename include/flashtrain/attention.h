@@ -39,7 +39,7 @@ enum class CausalAlign : int {
 };
 // CPU forward, bf16 inputs with kDefault: FLASHTRAIN_CPU_AMX=1 in the environment runs its two
 // tile products on Intel AMX (exact bf16 products summed in fp32, P rounded to bf16), where the
-// CPU and kernel allow it and the fp32 products otherwise. Opt-in until verified on an AMX host.
+// CPU and kernel allow it and the fp32 products otherwise. Opt-in (tested on an AMX host).
 //
 // Precision::kHigh in backward: the CPU backend keeps P and dS in fp32. The CUDA backend (every GPU
 // and head dim, Hopper included) runs the sm80 backward kernel of the overflow guard's safe pass
@@ -49,8 +49,10 @@ enum class CausalAlign : int {
 // is scaled by exact powers of two so it never overflows fp16 (fp16 values below 2^-14 keep its
 // subnormal spacing). Three of the five backward GEMMs run twice, and the Hopper (sm90) backward
 // kernel is never used, so it is slower than kDefault; NumericsReport counts no safe-mode rerun.
-// What it cannot remove: D = rowsum(dO * out) uses `out` as given (rounded to the input dtype),
-// and the stored gradients are rounded to it. The CUDA forward ignores it.
+// The correction term D = rowsum(dO * out) would carry the rounding of `out` to the input dtype
+// (on large-dO fp16 inputs the dominant dQ / dK error), so kHigh recomputes it as
+// sum_j P_ij dL/dP_ij from q, k, v, dO and lse in fp32 (a CUDA-core pass, O(Sq Sk D)). Only the
+// rounding of the stored gradients remains. The CUDA forward ignores it.
 enum class Precision : int {
   kDefault = 0,  // P and dS rounded to the input dtype before the GEMMs (FlashAttention's choice)
   kHigh = 1,     // P and dS kept in higher precision in backward (see above)

@@ -4,13 +4,15 @@
 // overflow guard's safe pass, enqueued after the normal pass of either path (sm80 or sm90 main
 // kernel): its kernels exit at once unless the normal pass raised the guard's flag. With
 // Precision::kHigh, run_bwd_safe_hdim is the backward's only pass instead: the normal preprocess,
-// then the safe main kernel (P and dS split into hi + lo halves, bwd_safe_scale.h) and
+// D recomputed in fp32 from q, k, v, dO and lse (bwd_exact_dsum.h), then the safe main kernel (P and dS split into hi + lo halves, bwd_safe_scale.h) and
 // postprocess, which run because the launcher raises kFlagSplitPassAsMain. Both are instantiated
 // once per head-dim pair and dtype by the files src/cuda/instantiations/generate.py writes.
 #pragma once
 #include <cuda_runtime.h>
 
 #include "../common/cuda_check.h"
+#include "../common/dq_schedule.h"
+#include "bwd_exact_dsum.h"
 #include "bwd_kernel.h"
 #include "bwd_kernel_traits.h"
 #include "bwd_params.h"
@@ -18,7 +20,6 @@
 #include "bwd_postprocess.h"
 #include "bwd_preprocess.h"
 #include "bwd_safe_scale.h"
-#include "../common/dq_schedule.h"
 
 namespace flashtrain::cuda::sm80 {
 
@@ -29,10 +30,12 @@ void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) 
   BwdParams params = make_bwd_params(problem, plan, workspace);
 
   if (kPass == BwdPass::kSafe && problem.precision == Precision::kHigh) {
-    // The safe pass as the only pass: D, lse_log2 and zeroed accumulators and words from the
-    // normal preprocess (no rerun counted), then the flag that lets the safe kernels run.
+    // The safe pass as the only pass: lse_log2 and zeroed accumulators and words from the
+    // normal preprocess (no rerun counted), D recomputed without the rounding of `out`
+    // (bwd_exact_dsum.h), then the flag that lets the safe kernels run.
     launch_bwd_preprocess<Element, kDimQK, kDimV, BwdPass::kNormal>(params, stream);
     check_launch("bwd_preprocess");
+    launch_bwd_exact_dsum<Element, kDimQK, kDimV>(params, stream);
     raise_split_pass_flag(params.numerics, stream);
   } else {
     launch_bwd_preprocess<Element, kDimQK, kDimV, kPass>(params, stream);
