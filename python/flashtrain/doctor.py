@@ -1,11 +1,14 @@
 """python -m flashtrain.doctor: the numerics stress suite of issue #5 on every attention backend here.
 
-Runs each case on flashtrain (CPU, and CUDA when torch sees a GPU) and on torch SDPA's backends
-(math, and on CUDA flash, efficient and cudnn; torch >= 2.0), and prints one table:
-case x backend x (max relative error of out, dq, dk, dv against a float64 reference; count of
-spurious non-finite values). Errors and counts are taken over the elements whose float64 value
-the input dtype can hold: a gradient that truly overflows fp16 is Inf in any backend, a NaN or
-Inf where the true value fits is spurious. A backend that cannot run a case says why, in short.
+Runs each case on flashtrain (CPU, and CUDA when torch sees a GPU; default and precision="high")
+and on torch SDPA's backends (math, and on CUDA flash, efficient and cudnn; torch >= 2.0), and
+prints one table: case x backend x (max relative error of out, dq, dk, dv against a float64
+reference; count of spurious non-finite values). Errors and counts are taken over the elements
+whose float64 value the input dtype can hold: a gradient that truly overflows fp16 is Inf in any
+backend, a NaN or Inf where the true value fits is spurious. A backend that cannot run a case says
+why, in short. A second table checks issue #5's bars per case and device: flashtrain's error over
+the best of torch's fused backends (at most 1.1x) and precision="high"'s dq / dk error over torch's
+math backend (at most 1.25x); a baseline with spurious non-finite values has no finite error.
 
     python -m flashtrain.doctor [--quick] [--device cpu|cuda] [--case NAME ...]
 """
@@ -107,11 +110,11 @@ def reference(case, q, k, v, dout):
     return out.detach(), q.grad, k.grad, v.grad
 
 
-def run_flashtrain(case, device, q, k, v, dout):
+def run_flashtrain(case, device, q, k, v, dout, precision="default"):
     q, k, v = (t.to(device=device, dtype=case.dtype).requires_grad_(True) for t in (q, k, v))
     window = case.window
     out, _ = autograd.attention(q, k, v, causal=case.causal, causal_top_left=case.top_left,
-                                window_size=window)
+                                window_size=window, precision=precision)
     out.backward(dout.to(device=device, dtype=case.dtype))
     return out.detach(), q.grad, k.grad, v.grad
 
@@ -181,6 +184,8 @@ def backends_here(device_filter):
     result = []
     for device in devices:
         result.append(("flashtrain-" + device, device, run_flashtrain))
+        result.append(("flashtrain-high-" + device, device,
+                       lambda c, dev, *t: run_flashtrain(c, dev, *t, precision="high")))
         sdpa = ["math"] + (["flash", "efficient", "cudnn"] if device == "cuda" else [])
         for name in sdpa:
             result.append(("sdpa-%s-%s" % (name, device), device,
@@ -221,7 +226,60 @@ def run_suite(quick=False, device=None, case_filter=None, out=sys.stdout):
                 row["error"] = _short(exc)
                 print("%-36s %-22s n/a: %s" % (case.name, label, row["error"]), file=out)
             rows.append(row)
+    print_bars(rows, out)
     return rows
+
+
+FUSED = ("flash", "efficient", "cudnn")
+
+
+def _finite_error(row, names):
+    """max error over `names`, or None where the row did not run or had spurious non-finites."""
+    if row is None or "error" in row or row.get("nonfinite", 0) > 0:
+        return None
+    return max(row[n] for n in names)
+
+
+def bar_ratios(rows):
+    """Issue #5's bars per (case, device): dict with 'fused' (flashtrain default over the best fused
+    SDPA backend, all outputs) and 'high' (precision="high" over SDPA math, dq and dk); None where
+    a side has no finite error."""
+    by = {(r["case"], r["backend"]): r for r in rows}
+    result = []
+    for case, backend in by:
+        if not backend.startswith("flashtrain-") or backend.startswith("flashtrain-high-"):
+            continue
+        device = backend[len("flashtrain-"):]
+
+        def ratio(ours, base):
+            if ours is None or base is None:
+                return None
+            return ours / base if base > 0 else (1.0 if ours == 0 else math.inf)
+
+        fused = [_finite_error(by.get((case, "sdpa-%s-%s" % (n, device))), ("out", "dq", "dk", "dv"))
+                 for n in FUSED]
+        fused = [e for e in fused if e is not None]
+        mine = _finite_error(by[(case, backend)], ("out", "dq", "dk", "dv"))
+        high = _finite_error(by.get((case, "flashtrain-high-" + device)), ("dq", "dk"))
+        math_err = _finite_error(by.get((case, "sdpa-math-" + device)), ("dq", "dk"))
+        result.append({"case": case, "device": device,
+                       "fused": ratio(mine, min(fused)) if fused else None,
+                       "high": ratio(high, math_err)})
+    return result
+
+
+def print_bars(rows, out):
+    def cell(x, limit):
+        if x is None:
+            return "%12s" % "-"
+        return "%11.2f%s" % (x, "!" if x > limit else " ")
+
+    print("\nissue #5 bars (ratio of errors; '-': a side did not run or was not finite; '!': above):",
+          file=out)
+    print("%-36s %-6s %12s %12s" % ("case", "device", "vs fused<=1.1", "high/math<=1.25"), file=out)
+    for r in bar_ratios(rows):
+        print("%-36s %-6s %s %s" % (r["case"], r["device"], cell(r["fused"], 1.1), cell(r["high"], 1.25)),
+              file=out)
 
 
 def main(argv=None):

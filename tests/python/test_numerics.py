@@ -107,8 +107,9 @@ def test_doctor_quick_table_on_cpu(cpu_table):
     rows, table = cpu_table
     assert table.splitlines()[0].split()[:7] == ["case", "backend", "out", "dq", "dk", "dv", "nonfinite"]
     names = {c.name for c in doctor.stress_cases(True)}
-    ours = [r for r in rows if r["backend"] == "flashtrain-cpu"]
-    assert {r["case"] for r in ours} == names  # every case ran on flashtrain
+    ours = [r for r in rows if r["backend"] in ("flashtrain-cpu", "flashtrain-high-cpu")]
+    assert {r["case"] for r in ours} == names  # every case ran on flashtrain, both precisions
+    assert len(ours) == 2 * len(names)
     for r in ours:
         assert "error" not in r, r
         large_dout = r["case"] == LARGE_DOUT
@@ -136,6 +137,25 @@ def test_doctor_reference_matches_the_masked_row_rule():
 def test_doctor_main_exit_code():
     text = io.StringIO()
     rows = doctor.run_suite(quick=True, device="cpu", case_filter=["seqlen 1"], out=text)
-    assert [r["case"] for r in rows] == ["seqlen 1", "seqlen 1"]
+    assert [r["case"] for r in rows] == ["seqlen 1"] * 3
+    assert [r["backend"] for r in rows] == ["flashtrain-cpu", "flashtrain-high-cpu", "sdpa-math-cpu"]
+    assert "issue #5 bars" in text.getvalue()
     assert "seqlen 1" in text.getvalue()
     assert doctor.main(["--quick", "--device", "cpu", "--case", "seqlen 1"]) == 0
+
+
+def test_doctor_bar_ratios():
+    # Issue #5's bars from table rows: flashtrain over the best finite fused backend, and
+    # precision="high" over math on dq / dk; a baseline with spurious non-finites does not count.
+    def row(backend, err, nonfinite=0):
+        return {"case": "c", "backend": backend, "out": err, "dq": err, "dk": 2 * err, "dv": err,
+                "nonfinite": nonfinite}
+    rows = [row("flashtrain-cuda", 1.0), row("flashtrain-high-cuda", 0.5), row("sdpa-math-cuda", 0.4),
+            row("sdpa-flash-cuda", 0.8), row("sdpa-efficient-cuda", 0.1, nonfinite=3),
+            {"case": "c", "backend": "sdpa-cudnn-cuda", "error": "refused"}]
+    (bars,) = doctor.bar_ratios(rows)
+    assert bars["device"] == "cuda"
+    assert bars["fused"] == pytest.approx(2.0 / 1.6)  # max over outputs: dk; best fused: flash
+    assert bars["high"] == pytest.approx(1.0 / 0.8)
+    (cpu,) = doctor.bar_ratios([row("flashtrain-cpu", 1.0), row("sdpa-math-cpu", 1.0, nonfinite=1)])
+    assert cpu["fused"] is None and cpu["high"] is None
