@@ -8,8 +8,8 @@
 # Usage: scripts/gpu_check.sh OUTDIR [--quick] [--part cpp|python|all]
 #   --quick   build head dims 64 and 128 for sm_90a only, and run the benchmark's --quick grid
 #   --part    cpp: build, the C++ suites, sm90 forward check, doctor, memcheck; python: build (a
-#             no-op when the same build dir is there), pytest and the benchmarks; all (default):
-#             both. Two calls with the same BUILD_DIR split a run too long for one time limit.
+#             no-op when the same build dir is there), pytest, the Python doctor and the benchmarks;
+#             all (default): both. Two calls with the same BUILD_DIR split a run too long for one limit.
 # Environment: FLASHTRAIN_CUDA_ARCHS (default "80;90a"), FLASHTRAIN_HDIMS (default all:
 #   "64;96;128;192;256"), BUILD_DIR (default build-gpu), JOBS (default nproc), STEP_TIMEOUT
 #   (seconds per step, default 900).
@@ -136,6 +136,9 @@ if [[ $built == 1 && $part != cpp ]]; then
     step "checkpoint bench" bench_checkpoint.log env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
       FLASHTRAIN_TORCH_LIBRARY="$lib" $python bench/bench_checkpoint.py --json "$outdir/bench_checkpoint.json" \
       --markdown "$outdir/bench_checkpoint.md"
+    # Issue 5's bars: flashtrain (default and precision="high") against torch SDPA's backends.
+    step "python doctor (CUDA)" doctor_python.log env PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+      FLASHTRAIN_TORCH_LIBRARY="$lib" $python -m flashtrain.doctor --device cuda
   else
     skip "pytest" "torch or its extension build is not available"
   fi
