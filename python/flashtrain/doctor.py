@@ -240,6 +240,13 @@ def _finite_error(row, names):
     return max(row[n] for n in names)
 
 
+def _ratio(ours, base):
+    """ours / base; None when either side has no finite error."""
+    if ours is None or base is None:
+        return None
+    return ours / base if base > 0 else (1.0 if ours == 0 else math.inf)
+
+
 def bar_ratios(rows):
     """Issue #5's bars per (case, device): dict with 'fused' (flashtrain default over the best fused
     SDPA backend, all outputs) and 'high' (precision="high" over SDPA math, dq and dk); None where
@@ -250,12 +257,6 @@ def bar_ratios(rows):
         if not backend.startswith("flashtrain-") or backend.startswith("flashtrain-high-"):
             continue
         device = backend[len("flashtrain-"):]
-
-        def ratio(ours, base):
-            if ours is None or base is None:
-                return None
-            return ours / base if base > 0 else (1.0 if ours == 0 else math.inf)
-
         fused = [_finite_error(by.get((case, "sdpa-%s-%s" % (n, device))), ("out", "dq", "dk", "dv"))
                  for n in FUSED]
         fused = [e for e in fused if e is not None]
@@ -263,8 +264,8 @@ def bar_ratios(rows):
         high = _finite_error(by.get((case, "flashtrain-high-" + device)), ("dq", "dk"))
         math_err = _finite_error(by.get((case, "sdpa-math-" + device)), ("dq", "dk"))
         result.append({"case": case, "device": device,
-                       "fused": ratio(mine, min(fused)) if fused else None,
-                       "high": ratio(high, math_err)})
+                       "fused": _ratio(mine, min(fused)) if fused else None,
+                       "high": _ratio(high, math_err)})
     return result
 
 
