@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "../common/cuda_check.h"
@@ -29,13 +30,16 @@ __device__ __forceinline__ int batch_of_row(const BwdParams& p, int r) {
   return lo;
 }
 
-// Grid: (ceil(total_q / kWarps), Hq).
-template <typename Element, int kDimQK, int kDimV>
+// Grid: (at most ceil(total_q / kWarps), Hq), striding over the rows. kGated: the guard's safe
+// pass, which does nothing unless the normal pass raised the flag (then the grid is small, so the
+// common case costs one near-empty launch).
+template <typename Element, int kDimQK, int kDimV, bool kGated>
 __global__ void __launch_bounds__(bwd_exact_dsum_detail::kWarps * 32) bwd_exact_dsum_kernel(const BwdParams p) {
+  if (kGated && p.numerics->nonfinite == 0) return;
   const int lane = threadIdx.x % 32;
-  const int r = blockIdx.x * bwd_exact_dsum_detail::kWarps + threadIdx.x / 32;
   const int h = blockIdx.y;
-  if (r >= p.total_q) return;
+  for (int r = blockIdx.x * bwd_exact_dsum_detail::kWarps + threadIdx.x / 32; r < p.total_q;
+       r += gridDim.x * bwd_exact_dsum_detail::kWarps) {
   const int b = batch_of_row(p, r);
   const SeqGeometry geo(p, b);
   const int i = r - geo.row_q;
@@ -61,14 +65,20 @@ __global__ void __launch_bounds__(bwd_exact_dsum_detail::kWarps * 32) bwd_exact_
 #pragma unroll
   for (int width = 16; width > 0; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
   if (lane == 0) p.dsum[static_cast<int64_t>(h) * p.total_q + r] = sum;
+  }
 }
 
-template <typename Element, int kDimQK, int kDimV>
+// kGated = false: precision="high", every row now. kGated = true: after the safe pass's
+// preprocess, overwriting its O-based D only when the guard fired; 4096 blocks at most (16k
+// warps, more than an H100/H200 holds at once) keep the launch cheap when it did not.
+template <typename Element, int kDimQK, int kDimV, bool kGated>
 void launch_bwd_exact_dsum(const BwdParams& p, cudaStream_t stream) {
   using namespace bwd_exact_dsum_detail;
   if (p.total_q == 0 || p.heads_q == 0) return;
-  const dim3 grid(static_cast<unsigned>((p.total_q + kWarps - 1) / kWarps), static_cast<unsigned>(p.heads_q));
-  bwd_exact_dsum_kernel<Element, kDimQK, kDimV><<<grid, kWarps * 32, 0, stream>>>(p);
+  const int row_blocks = (p.total_q + kWarps - 1) / kWarps;
+  const int cap = kGated ? std::max(1, 4096 / p.heads_q) : row_blocks;
+  const dim3 grid(static_cast<unsigned>(std::min(row_blocks, cap)), static_cast<unsigned>(p.heads_q));
+  bwd_exact_dsum_kernel<Element, kDimQK, kDimV, kGated><<<grid, kWarps * 32, 0, stream>>>(p);
   check_launch("bwd_exact_dsum");
 }
 

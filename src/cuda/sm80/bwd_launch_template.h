@@ -4,8 +4,9 @@
 // overflow guard's safe pass, enqueued after the normal pass of either path (sm80 or sm90 main
 // kernel): its kernels exit at once unless the normal pass raised the guard's flag. With
 // Precision::kHigh, run_bwd_safe_hdim is the backward's only pass instead: the normal preprocess,
-// D recomputed in fp32 from q, k, v, dO and lse (bwd_exact_dsum.h), then the safe main kernel (P and dS split into hi + lo halves, bwd_safe_scale.h) and
-// postprocess, which run because the launcher raises kFlagSplitPassAsMain. Both are instantiated
+// D recomputed in fp32 from q, k, v, dO and lse (bwd_exact_dsum.h), then the safe main kernel (P
+// and dS split into hi + lo halves, bwd_safe_scale.h) and postprocess, which run because the
+// launcher raises kFlagSplitPassAsMain. The guard's rerun also takes the exact D. Both are instantiated
 // once per head-dim pair and dtype by the files src/cuda/instantiations/generate.py writes.
 #pragma once
 #include <cuda_runtime.h>
@@ -35,11 +36,14 @@ void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) 
     // (bwd_exact_dsum.h), then the flag that lets the safe kernels run.
     launch_bwd_preprocess<Element, kDimQK, kDimV, BwdPass::kNormal>(params, stream);
     check_launch("bwd_preprocess");
-    launch_bwd_exact_dsum<Element, kDimQK, kDimV>(params, stream);
+    launch_bwd_exact_dsum<Element, kDimQK, kDimV, false>(params, stream);
     raise_split_pass_flag(params.numerics, stream);
   } else {
     launch_bwd_preprocess<Element, kDimQK, kDimV, kPass>(params, stream);
     check_launch("bwd_preprocess");
+    // The guard's rerun takes the exact D too: rowsum(dO * O) carries the rounding of `out`,
+    // which with the large dO that makes a pass overflow dominates the dQ / dK error.
+    if constexpr (kPass == BwdPass::kSafe) launch_bwd_exact_dsum<Element, kDimQK, kDimV, true>(params, stream);
   }
 
   if (plan.n_blocks > 0 && problem.batch > 0) {
