@@ -10,6 +10,7 @@ memory of fwd+bwd (torch's allocator) is measured too.
 Usage:
   python3 bench/bench_attention.py [--quick] [--json FILE] [--markdown FILE]
         [--seqlens 2048,8192] [--dims 64,128] [--dtypes bf16] [--causal both|yes|no] [--reps N]
+        [--backends flashtrain,flash,cudnn] [--deterministic]
 """
 import argparse
 import json
@@ -35,6 +36,8 @@ def parse_args():
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     ap.add_argument("--deterministic", action="store_true",
                     help="also time flashtrain with deterministic=True (column 'det / default', bwd)")
+    ap.add_argument("--backends", default="flashtrain,flash,cudnn",
+                    help="comma list of what to time: flashtrain, flash (SDPA FlashAttention-2), cudnn")
     ap.add_argument("--json", help="write all results to this JSON file")
     ap.add_argument("--markdown", help="write the ratio table to this markdown file")
     args = ap.parse_args()
@@ -112,13 +115,20 @@ def main():
     if not torch.cuda.is_available():
         print("bench_attention: no CUDA device; nothing to measure", file=sys.stderr)
         return 2
-    runners = {"flash": sdpa_runner("flash"), "cudnn": sdpa_runner("cudnn")}
-    try:
-        runners = {"flashtrain": flashtrain_runner(), **runners}
-        if args.deterministic:
-            runners["flashtrain_det"] = flashtrain_runner(deterministic=True)
-    except Exception as e:  # the table still shows torch's backends, and why flashtrain is absent
-        print(f"bench_attention: flashtrain not importable: {e}", file=sys.stderr)
+    wanted = args.backends.split(",")
+    unknown = set(wanted) - {"flashtrain", "flash", "cudnn"}
+    if unknown:
+        print(f"bench_attention: unknown --backends {sorted(unknown)}; choose from flashtrain, flash, cudnn",
+              file=sys.stderr)
+        return 2
+    runners = {name: sdpa_runner(name) for name in ("flash", "cudnn") if name in wanted}
+    if "flashtrain" in wanted:
+        try:
+            runners = {"flashtrain": flashtrain_runner(), **runners}
+            if args.deterministic:
+                runners["flashtrain_det"] = flashtrain_runner(deterministic=True)
+        except Exception as e:  # the table still shows torch's backends, and why flashtrain is absent
+            print(f"bench_attention: flashtrain not importable: {e}", file=sys.stderr)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     grid = [(dt, d, s, c) for dt in args.dtypes.split(",") for d in map(int, args.dims.split(","))

@@ -35,7 +35,7 @@ rm -rf "$logs" && mkdir -p "$logs"
 export PYTHONUNBUFFERED=1 FLASHTRAIN_COMMIT=${FLASHTRAIN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 build=build-gpu
 finish() {
-  cp "$logs"/gpu_check/{bench.md,bench.json,summary.txt} "$out/" 2>/dev/null
+  cp "$logs"/gpu_check/{bench.md,bench.json,summary.txt,guard_cost.md} "$out/" 2>/dev/null
   cp "$logs/cpu.md" "$logs/cpu_amx.md" "$out/" 2>/dev/null
   tar czf "$out/logs.tgz" -C /tmp ft_logs
   [[ -d /tmp/ft_e2e ]] && tar czf "$out/e2e.tgz" -C /tmp ft_e2e

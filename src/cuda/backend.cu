@@ -175,7 +175,9 @@ void run_bwd_guarded(const Problem& p, void* workspace, cudaStream_t stream) {
     } else {
       run_bwd_kernels(p, workspace, stream);
     }
+#ifndef FLASHTRAIN_GUARD_COMPILED_OUT
     sm80::run_bwd_safe(p, workspace, stream);
+#endif
   }
   if (p.report != nullptr) sm80::read_bwd_numerics(p, workspace, stream);
 }
