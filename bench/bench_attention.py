@@ -10,7 +10,7 @@ memory of fwd+bwd (torch's allocator) is measured too.
 Usage:
   python3 bench/bench_attention.py [--quick] [--json FILE] [--markdown FILE]
         [--seqlens 2048,8192] [--dims 64,128] [--dtypes bf16] [--causal both|yes|no] [--reps N]
-        [--backends flashtrain,flash,cudnn] [--deterministic]
+        [--backends flashtrain,flash,cudnn] [--deterministic] [--precision-high]
 """
 import argparse
 import json
@@ -35,7 +35,9 @@ def parse_args():
     ap.add_argument("--causal", default="both", choices=["both", "yes", "no"])
     ap.add_argument("--reps", type=int, default=10, help="timed repetitions per measurement")
     ap.add_argument("--deterministic", action="store_true",
-                    help="also time flashtrain with deterministic=True (column 'det / default', bwd)")
+                    help="also time flashtrain's bwd with deterministic=True (column 'det / default')")
+    ap.add_argument("--precision-high", action="store_true",
+                    help="also time flashtrain's bwd with precision='high' (column 'high / default')")
     ap.add_argument("--backends", default="flashtrain,flash,cudnn",
                     help="comma list of what to time: flashtrain, flash (SDPA FlashAttention-2), cudnn")
     ap.add_argument("--json", help="write all results to this JSON file")
@@ -74,12 +76,24 @@ def sdpa_runner(backend):
     return run
 
 
-def flashtrain_runner(deterministic=False):
+def flashtrain_runner(deterministic=False, precision="default"):
     import flashtrain
 
     def run(q, k, v, causal):
-        return flashtrain.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+        return flashtrain.flash_attn_func(q, k, v, causal=causal, deterministic=deterministic,
+                                          precision=precision)
     return run
+
+
+# Variants of flashtrain's backward, timed on bwd only: (runner name, column label, keyword).
+BWD_VARIANTS = (("flashtrain_det", "det / default", {"deterministic": True}),
+                ("flashtrain_high", "high / default", {"precision": "high"}))
+
+
+def measure_bwd(run, q, k, v, dout, causal, reps):
+    """Returns bwd ms, or raises."""
+    out = run(q, k, v, causal)
+    return median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), reps)
 
 
 def measure(run, q, k, v, dout, causal, reps):
@@ -122,11 +136,12 @@ def main():
               file=sys.stderr)
         return 2
     runners = {name: sdpa_runner(name) for name in ("flash", "cudnn") if name in wanted}
+    variants = {}
     if "flashtrain" in wanted:
         try:
             runners = {"flashtrain": flashtrain_runner(), **runners}
-            if args.deterministic:
-                runners["flashtrain_det"] = flashtrain_runner(deterministic=True)
+            wanted_variants = {"flashtrain_det": args.deterministic, "flashtrain_high": args.precision_high}
+            variants = {name: flashtrain_runner(**kw) for name, _, kw in BWD_VARIANTS if wanted_variants[name]}
         except Exception as e:  # the table still shows torch's backends, and why flashtrain is absent
             print(f"bench_attention: flashtrain not importable: {e}", file=sys.stderr)
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -151,6 +166,12 @@ def main():
                 row[name] = {"fwd_ms": t_fwd, "bwd_ms": t_bwd, "fwdbwd_ms": t_all,
                              "fwd_tflops": flops / t_fwd / 1e9, "bwd_tflops": 2.5 * flops / t_bwd / 1e9,
                              "fwdbwd_tflops": 3.5 * flops / t_all / 1e9, "peak_mib": peak}
+            except Exception as e:
+                row[name] = {"error": str(e).splitlines()[0][:200]}
+        for name, run in variants.items():
+            try:
+                t_bwd = measure_bwd(run, q, k, v, dout, causal, args.reps)
+                row[name] = {"bwd_ms": t_bwd, "bwd_tflops": 2.5 * flops / t_bwd / 1e9}
             except Exception as e:
                 row[name] = {"error": str(e).splitlines()[0][:200]}
         results.append(row)
@@ -187,14 +208,16 @@ def ratio(row, a, b, key):
 
 
 def markdown_table(results, meta):
-    det = any("flashtrain_det" in r for r in results)
+    shown = [(name, label) for name, label, _ in BWD_VARIANTS if any(name in r for r in results)]
+    notes = {"flashtrain_det": " det / default: bwd speed of deterministic=True over the default.",
+             "flashtrain_high": " high / default: bwd speed of precision=\"high\" over the default."}
     lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, cuDNN {meta['cudnn']}, {meta['date']}, "
              f"commit {meta['commit']}. TFLOP/s fwd / bwd / fwd+bwd; ratios are flashtrain over "
              "the backend, fwd+bwd (fwd). Peak extra MiB of fwd+bwd."
-             + (" det / default: bwd speed of deterministic=True over the default." if det else ""), "",
+             + "".join(notes[name] for name, _ in shown), "",
              "| dtype | D | S | causal | flashtrain | FA2 (SDPA flash) | cuDNN | vs FA2 | vs cuDNN | MiB ft/FA2/cuDNN |"
-             + (" det / default |" if det else ""),
-             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if det else "")]
+             + "".join(f" {label} |" for _, label in shown),
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(shown)]
     for r in results:
         cells = []
         for name in ("flashtrain", "flash", "cudnn"):
@@ -208,7 +231,7 @@ def markdown_table(results, meta):
                      f"{cells[0]} | {cells[1]} | {cells[2]} | "
                      f"{ratio(r, 'flashtrain', 'flash', 'fwdbwd_tflops')} ({ratio(r, 'flashtrain', 'flash', 'fwd_tflops')}) | "
                      f"{ratio(r, 'flashtrain', 'cudnn', 'fwdbwd_tflops')} ({ratio(r, 'flashtrain', 'cudnn', 'fwd_tflops')}) | {mem} |"
-                     + (f" {ratio(r, 'flashtrain_det', 'flashtrain', 'bwd_tflops')} |" if det else ""))
+                     + "".join(f" {ratio(r, name, 'flashtrain', 'bwd_tflops')} |" for name, _ in shown))
     return "\n".join(lines) + "\n"
 
 

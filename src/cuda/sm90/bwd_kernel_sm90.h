@@ -44,6 +44,9 @@ struct BwdKernelParams {
   typename Traits::TmaLoadKV tma_v;
   typename Traits::ShapeQKV shape_q;
   typename Traits::ShapeQKV shape_k;
+  // Grid order (bwd_launch_template_sm90.h): false, (key tile, batch, head) with the key tiles of
+  // a head adjacent; true, (batch, head, key tile), every head's first key tile before any second.
+  bool key_tile_major;
 };
 
 // Bulk reduction of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared memory
@@ -93,10 +96,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem);
 
   const int tid = static_cast<int>(threadIdx.x);
-  const int n_block = static_cast<int>(blockIdx.x);
-  const int b = static_cast<int>(blockIdx.y);
-  const int hk = static_cast<int>(blockIdx.z) / p.head_chunks;
-  const int hq_begin = hk * p.group + (static_cast<int>(blockIdx.z) % p.head_chunks) * p.heads_per_chunk;
+  const int n_block = static_cast<int>(kp.key_tile_major ? blockIdx.z : blockIdx.x);
+  const int b = static_cast<int>(kp.key_tile_major ? blockIdx.x : blockIdx.y);
+  const int head_z = static_cast<int>(kp.key_tile_major ? blockIdx.y : blockIdx.z);
+  const int hk = head_z / p.head_chunks;
+  const int hq_begin = hk * p.group + (head_z % p.head_chunks) * p.heads_per_chunk;
   const sm80::SeqGeometry geo(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= geo.len_k) return;

@@ -56,8 +56,18 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "sm90 backward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
     kp.p.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes);
-    const dim3 grid(static_cast<unsigned>(plan.n_blocks), static_cast<unsigned>(batch),
-                    static_cast<unsigned>(hk * plan.head_chunks));
+    // Longest first: under a causal-style bound (no left window) key tile n sees more query rows
+    // than n + 1, and with the key tiles of a head adjacent the grid ends on some heads' heaviest
+    // tiles. Launching every head's tile 0, then every tile 1, ... ends it on the lightest ones
+    // (list-scheduling makespan over the mean, 132 SMs, B*S = 16k, D 128: 1.068 -> 1.007 at S=1k,
+    // 1.006 -> 1.002 at 16k). The rotated dQ walk needs a head's key tiles resident together, so
+    // it keeps the head-adjacent order; the wavefront's turns go up in n, which this order keeps.
+    const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
+    kp.key_tile_major = mask.right >= 0 && mask.left < 0 && !kp.p.dq_rotated;
+    const unsigned heads_z = static_cast<unsigned>(hk * plan.head_chunks);
+    const dim3 grid = kp.key_tile_major
+                          ? dim3(static_cast<unsigned>(batch), heads_z, static_cast<unsigned>(plan.n_blocks))
+                          : dim3(static_cast<unsigned>(plan.n_blocks), static_cast<unsigned>(batch), heads_z);
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
     check_launch("flashtrain::cuda::sm90::bwd_kernel_sm90");
   }
