@@ -51,8 +51,8 @@ enum class CausalAlign : int {
 // kernel is never used, so it is slower than kDefault; NumericsReport counts no safe-mode rerun.
 // The correction term D = rowsum(dO * out) would carry the rounding of `out` to the input dtype
 // (on large-dO fp16 inputs the dominant dQ / dK error), so kHigh recomputes it as
-// sum_j P_ij dL/dP_ij from q, k, v, dO and lse in fp32 (a CUDA-core pass, O(Sq Sk D)). Only the
-// rounding of the stored gradients remains. The CUDA forward ignores it.
+// sum_j P_ij dL/dP_ij from q, k, v, dO and lse (a tensor-core pass shaped like the forward: two
+// GEMMs, fp32 sums). Only the rounding of the stored gradients remains. The CUDA forward ignores it.
 enum class Precision : int {
   kDefault = 0,  // P and dS rounded to the input dtype before the GEMMs (FlashAttention's choice)
   kHigh = 1,     // P and dS kept in higher precision in backward (see above)

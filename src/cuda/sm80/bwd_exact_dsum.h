@@ -1,84 +1,208 @@
-// Backward stage 1b for Precision::kHigh: D = sum_j P_ij dL/dP_ij recomputed from q, k, v, dO and
-// lse in fp32 (common/exact_dsum.h) over the D = rowsum(dO * O) the preprocess wrote, whose `out`
-// is rounded to the input dtype. One warp per (row, query head); lanes split the keys, and their
-// partial sums meet in a fixed shuffle tree, so the result is the same bits on every run. It is
-// CUDA-core work, O(Sq * Sk * (Dqk + Dv)): the price of precision="high" (bench/RESULTS.md).
+// Backward stage 1b: D_i = sum_j P_ij dL/dP_ij recomputed from q, k, v, dO and lse, replacing the
+// D = rowsum(dO * O) the preprocess wrote. That one uses `out`, which is rounded to the input
+// dtype: with a large dO its rounding dominates the dQ / dK error (issue #5's case: ~1e4 of error
+// in a dK of 6.5e4 from fp16 `out`). Precision::kHigh runs it always, the guard's safe pass only
+// after the normal pass raised the flag.
+//
+// A forward-shaped kernel on mma.sync: one block per (64-row query tile, query head, batch) keeps
+// its Q and dO tiles in shared memory and streams the visible K and V tiles, computing S = Q K^T
+// and dP = dO V^T with fp32 accumulation, the probabilities exactly as the main kernel does (same
+// lse * log2e from the preprocess, same transforms and mask), and a per-row fp32 sum of P * dP
+// over its own keys in a fixed order: deterministic, no atomics. Two of the backward's five GEMMs,
+// so it costs about a forward pass rather than the O(Sq * Sk * D) memory traffic of a per-row walk.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include <cute/tensor.hpp>
+
+#include "../../common/mask.h"
 #include "../common/cuda_check.h"
-#include "../common/exact_dsum.h"
+#include "../common/dropout.h"
+#include "../common/fast_math.h"
+#include "../common/fragment.h"
+#include "../common/gemm.h"
+#include "../common/gmem_copy.h"
+#include "../common/kernel_traits.h"
+#include "../common/tile_range.h"
 #include "bwd_params.h"
 
 namespace flashtrain::cuda::sm80 {
 
-namespace bwd_exact_dsum_detail {
-constexpr int kWarps = 4;  // rows per block
-}
+template <int kDimQK_, int kDimV_, typename Element_>
+struct ExactDsumTraits {
+  using Element = Element_;
+  static constexpr int kDimQK = kDimQK_;
+  static constexpr int kDimV = kDimV_;
+  static constexpr int kNWarps = 4;  // each owns 16 rows and every key column of the tile
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kBlockM = 16 * kNWarps;
+  // Narrow key tiles: both GEMMs hold their whole K and V fragments (all of the head dim) next to
+  // two fp32 accumulators; 64 keys at head dim 64 already spill.
+  static constexpr int kBlockN = kDimQK <= 64 ? 32 : 16;
+  using TiledMma = TiledMmaFor<Element, kNWarps, 1>;
+  using SmemLayoutQ = SmemRowMajor<kBlockM, kDimQK>;
+  using SmemLayoutdO = SmemRowMajor<kBlockM, kDimV>;
+  using SmemLayoutK = SmemRowMajor<kBlockN, kDimQK>;
+  using SmemLayoutV = SmemRowMajor<kBlockN, kDimV>;
+  using GmemCopyQK = typename GmemCopyFor<Element, kNThreads, kDimQK>::Load;
+  using GmemCopyV = typename GmemCopyFor<Element, kNThreads, kDimV>::Load;
+  static constexpr int kSizeQ = kBlockM * kDimQK, kSizedO = kBlockM * kDimV;
+  static constexpr int kSizeK = kBlockN * kDimQK, kSizeV = kBlockN * kDimV;
+  static constexpr int kSmemBytes = (kSizeQ + kSizedO + kSizeK + kSizeV) * static_cast<int>(sizeof(Element));
+};
 
-// The batch of global q row r (varlen: the last b with cu_seqlens_q[b] <= r).
-__device__ __forceinline__ int batch_of_row(const BwdParams& p, int r) {
-  if (!p.varlen) return r / p.max_seqlen_q;
-  int lo = 0, hi = p.batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.cu_seqlens_q[mid] <= r) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
-// Grid: (at most ceil(total_q / kWarps), Hq), striding over the rows. kGated: the guard's safe
-// pass, which does nothing unless the normal pass raised the flag (then the grid is small, so the
-// common case costs one near-empty launch).
-template <typename Element, int kDimQK, int kDimV, bool kGated>
-__global__ void __launch_bounds__(bwd_exact_dsum_detail::kWarps * 32) bwd_exact_dsum_kernel(const BwdParams p) {
+// Grid: (query tiles, Hq, batch). kGated: the guard's safe pass, which returns at once unless the
+// normal pass raised the flag.
+template <typename Traits, bool kGated>
+__global__ void __launch_bounds__(Traits::kNThreads) bwd_exact_dsum_kernel(const __grid_constant__ BwdParams p) {
+  using namespace cute;
   if (kGated && p.numerics->nonfinite == 0) return;
-  const int lane = threadIdx.x % 32;
-  const int h = blockIdx.y;
-  for (int r = blockIdx.x * bwd_exact_dsum_detail::kWarps + threadIdx.x / 32; r < p.total_q;
-       r += gridDim.x * bwd_exact_dsum_detail::kWarps) {
-  const int b = batch_of_row(p, r);
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kDimQK = Traits::kDimQK;
+  constexpr int kDimV = Traits::kDimV;
+  extern __shared__ __align__(128) char smem_raw[];
+
+  const int tid = threadIdx.x;
+  const int hq = blockIdx.y;
+  const int b = blockIdx.z;
   const SeqGeometry geo(p, b);
-  const int i = r - geo.row_q;
-  const int hk = h / p.group;
-  ExactDsumRow row{};
-  row.i = i;
-  row.scale = p.scale;
-  row.softcap = p.softcap;
-  row.alibi_slope = p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + h] : 0.0f;
-  row.lse = p.lse[static_cast<int64_t>(p.varlen ? 0 : b) * p.lse_batch_stride +
-                  static_cast<int64_t>(h) * p.lse_head_stride + static_cast<int64_t>(p.varlen ? r : i) * p.lse_row_stride];
-  row.dropout = p.dropout;
-  row.seed = p.seed;
-  row.offset = p.offset;
-  row.bh = static_cast<uint32_t>(b * p.heads_q + h);
-  row.threshold = p.dropout_threshold;
-  row.dropout_rescale = p.dropout_rescale;
-  const Element* q = static_cast<const Element*>(p.q) + geo.q_offset(p.sq, b, i, h);
-  const Element* dout = static_cast<const Element*>(p.dout) + geo.q_offset(p.sdo, b, i, h);
-  const Element* k = static_cast<const Element*>(p.k) + geo.k_offset(p.sk, b, 0, hk);
-  const Element* v = static_cast<const Element*>(p.v) + geo.k_offset(p.sv, b, 0, hk);
-  float sum = exact_row_dsum(row, geo.mask(p), q, dout, k, p.sk.seq, v, p.sv.seq, kDimQK, kDimV, lane, 32);
-#pragma unroll
-  for (int width = 16; width > 0; width /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, width);
-  if (lane == 0) p.dsum[static_cast<int64_t>(h) * p.total_q + r] = sum;
+  const int m0 = blockIdx.x * kBlockM;
+  if (m0 >= geo.len_q) return;
+  const int hk = hq / p.group;
+  const MaskSpec mask = geo.mask(p);
+  const int rows = min(kBlockM, geo.len_q - m0);
+  const TileRange tiles = visible_key_tiles(mask, m0, m0 + rows, kBlockN);
+
+  Element* const smem_q = reinterpret_cast<Element*>(smem_raw);
+  Element* const smem_do = smem_q + Traits::kSizeQ;
+  Element* const smem_k = smem_do + Traits::kSizedO;
+  Element* const smem_v = smem_k + Traits::kSizeK;
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Traits::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem_do), typename Traits::SmemLayoutdO{});
+  Tensor sK = make_tensor(make_smem_ptr(smem_k), typename Traits::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem_v), typename Traits::SmemLayoutV{});
+
+  typename Traits::GmemCopyQK gcopy_qk;
+  typename Traits::GmemCopyV gcopy_v;
+  auto gthr_qk = gcopy_qk.get_thread_slice(tid);
+  auto gthr_v = gcopy_v.get_thread_slice(tid);
+  {
+    const Element* q_ptr = static_cast<const Element*>(p.q) + geo.q_offset(p.sq, b, m0, hq);
+    const Element* do_ptr = static_cast<const Element*>(p.dout) + geo.q_offset(p.sdo, b, m0, hq);
+    Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), Shape<Int<kBlockM>, Int<kDimQK>>{}, make_stride(p.sq.seq, _1{}));
+    Tensor gdO = make_tensor(make_gmem_ptr(do_ptr), Shape<Int<kBlockM>, Int<kDimV>>{}, make_stride(p.sdo.seq, _1{}));
+    copy_rows<true>(gcopy_qk, gthr_qk.partition_S(gQ), gthr_qk.partition_D(sQ),
+                    gthr_qk.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kDimQK>>{})), rows);
+    copy_rows<true>(gcopy_v, gthr_v.partition_S(gdO), gthr_v.partition_D(sdO),
+                    gthr_v.partition_S(make_identity_tensor(Shape<Int<kBlockM>, Int<kDimV>>{})), rows);
+  }
+  auto load_kv = [&](int n) {
+    const int n0 = n * kBlockN;
+    const Element* k_ptr = static_cast<const Element*>(p.k) + geo.k_offset(p.sk, b, n0, hk);
+    const Element* v_ptr = static_cast<const Element*>(p.v) + geo.k_offset(p.sv, b, n0, hk);
+    Tensor gK = make_tensor(make_gmem_ptr(k_ptr), Shape<Int<kBlockN>, Int<kDimQK>>{}, make_stride(p.sk.seq, _1{}));
+    Tensor gV = make_tensor(make_gmem_ptr(v_ptr), Shape<Int<kBlockN>, Int<kDimV>>{}, make_stride(p.sv.seq, _1{}));
+    copy_rows<true>(gcopy_qk, gthr_qk.partition_S(gK), gthr_qk.partition_D(sK),
+                    gthr_qk.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kDimQK>>{})), geo.len_k - n0);
+    copy_rows<true>(gcopy_v, gthr_v.partition_S(gV), gthr_v.partition_D(sV),
+                    gthr_v.partition_S(make_identity_tensor(Shape<Int<kBlockN>, Int<kDimV>>{})), geo.len_k - n0);
+    cp_async_fence();
+  };
+
+  typename Traits::TiledMma mma;
+  auto thr_mma = mma.get_thread_slice(tid);
+  Tensor rQ = thr_mma.partition_fragment_A(sQ);
+  Tensor rK = thr_mma.partition_fragment_B(sK);
+  Tensor rdO = thr_mma.partition_fragment_A(sdO);
+  Tensor rV = thr_mma.partition_fragment_B(sV);
+  auto ld_a = make_tiled_copy_A(SmemLoadAtom<Element>{}, mma);
+  auto ld_b = make_tiled_copy_B(SmemLoadAtom<Element>{}, mma);
+  auto ld_a_thr = ld_a.get_thread_slice(tid);
+  auto ld_b_thr = ld_b.get_thread_slice(tid);
+  const Tensor tScS = rowcol(thr_mma.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{})));
+  constexpr int kRows = decltype(size<0>(tScS))::value;
+  constexpr int kCols = decltype(size<1>(tScS))::value;
+
+  // This thread's rows: lse * log2e (the preprocess's, as the main kernel reads it) and the sum.
+  float lse2[kRows], sum[kRows];
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const int i = m0 + get<0>(tScS(r, 0));
+    lse2[r] = i < geo.len_q ? p.lse_log2[static_cast<int64_t>(hq) * p.total_q + geo.row_q + i] : 0.0f;
+    sum[r] = 0.0f;
+  }
+  const float slope_log2 = p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + hq] * kLog2e : 0.0f;
+  const DropoutParams dropout{p.seed, p.offset, p.dropout_threshold};
+  const uint32_t bh = static_cast<uint32_t>(b * p.heads_q + hq);
+
+  for (int n = tiles.begin; n < tiles.end; ++n) {
+    const int n0 = n * kBlockN;
+    if (n > tiles.begin) __syncthreads();  // every warp is done with the previous K and V
+    load_kv(n);
+    cp_async_wait<0>();
+    __syncthreads();
+    Tensor acc_s = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor acc_dp = partition_fragment_C(mma, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    clear(acc_s);
+    clear(acc_dp);
+    gemm_ss(acc_s, rQ, rK, ld_a_thr.partition_S(sQ), ld_b_thr.partition_S(sK), mma, ld_a, ld_b);
+    gemm_ss(acc_dp, rdO, rV, ld_a_thr.partition_S(sdO), ld_b_thr.partition_S(sV), mma, ld_a, ld_b);
+    Tensor s = rowcol(acc_s);
+    Tensor dp = rowcol(acc_dp);
+    if (p.dropout) apply_dropout(dp, tScS, dropout, bh, m0, n0);  // dL/dP of a dropped element is 0
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int i = m0 + get<0>(tScS(r, 0));
+      const int col_begin = static_cast<int>(mask.col_begin(i)) - n0;
+      const int col_end = (i < geo.len_q ? static_cast<int>(mask.col_end(i)) : 0) - n0;
+      const int diag_i = i + geo.diag - n0;
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        const int j = get<1>(tScS(r, c));
+        float score;  // in log2 units, as bwd_kernel.h computes it
+        if (p.softcap > 0.0f) {
+          score = p.softcap * kLog2e * tanhf(s(r, c) * p.scale_over_cap);
+        } else {
+          score = s(r, c) * p.scale_log2;
+        }
+        if (slope_log2 != 0.0f) score -= slope_log2 * static_cast<float>(abs(diag_i - j));
+        const float prob = (j >= col_begin && j < col_end) ? fast_exp2(score - lse2[r]) : 0.0f;
+        sum[r] += prob * dp(r, c);
+      }
+    }
+  }
+
+  // A row's columns are spread over the 4 lanes of a quad: add them in a fixed tree.
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    float v = sum[r] * p.dropout_rescale;
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    const int i = m0 + get<0>(tScS(r, 0));
+    if (tid % 4 == 0 && i < geo.len_q) p.dsum[static_cast<int64_t>(hq) * p.total_q + geo.row_q + i] = v;
   }
 }
 
 // kGated = false: precision="high", every row now. kGated = true: after the safe pass's
-// preprocess, overwriting its O-based D only when the guard fired; 4096 blocks at most (16k
-// warps, more than an H100/H200 holds at once) keep the launch cheap when it did not.
+// preprocess, overwriting its O-based D only when the guard fired (otherwise every block returns
+// at its first instruction).
 template <typename Element, int kDimQK, int kDimV, bool kGated>
 void launch_bwd_exact_dsum(const BwdParams& p, cudaStream_t stream) {
-  using namespace bwd_exact_dsum_detail;
-  if (p.total_q == 0 || p.heads_q == 0) return;
-  const int row_blocks = (p.total_q + kWarps - 1) / kWarps;
-  const int cap = kGated ? std::max(1, 4096 / p.heads_q) : row_blocks;
-  const dim3 grid(static_cast<unsigned>(std::min(row_blocks, cap)), static_cast<unsigned>(p.heads_q));
-  bwd_exact_dsum_kernel<Element, kDimQK, kDimV, kGated><<<grid, kWarps * 32, 0, stream>>>(p);
+  using Traits = ExactDsumTraits<kDimQK, kDimV, Element>;
+  if (p.total_q == 0 || p.heads_q == 0 || p.batch == 0) return;
+  const int m_blocks = (p.max_seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
+  auto kernel = bwd_exact_dsum_kernel<Traits, kGated>;
+  if (Traits::kSmemBytes > 48 * 1024) {
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
+                  "bwd_exact_dsum: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
+  }
+  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
   check_launch("bwd_exact_dsum");
 }
 

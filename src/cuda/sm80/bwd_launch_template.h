@@ -4,7 +4,7 @@
 // overflow guard's safe pass, enqueued after the normal pass of either path (sm80 or sm90 main
 // kernel): its kernels exit at once unless the normal pass raised the guard's flag. With
 // Precision::kHigh, run_bwd_safe_hdim is the backward's only pass instead: the normal preprocess,
-// D recomputed in fp32 from q, k, v, dO and lse (bwd_exact_dsum.h), then the safe main kernel (P
+// D recomputed as sum_j P_ij dL/dP_ij from q, k, v, dO and lse (bwd_exact_dsum.h), then the safe main kernel (P
 // and dS split into hi + lo halves, bwd_safe_scale.h) and postprocess, which run because the
 // launcher raises kFlagSplitPassAsMain. The guard's rerun also takes the exact D. Both are instantiated
 // once per head-dim pair and dtype by the files src/cuda/instantiations/generate.py writes.
