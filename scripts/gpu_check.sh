@@ -165,7 +165,7 @@ else
     FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
     $python "$bench" --seqlens 65536 --dims 128 --dtypes bf16 --causal no --reps 3 \
     --json "$outdir/bench_memory.json" --markdown "$outdir/bench_memory.md"
-  bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md" --deterministic)
+  bench_args=(--json "$outdir/bench.json" --markdown "$outdir/bench.md" --deterministic --precision-high)
   [[ $quick == 1 ]] && bench_args+=(--quick)
   step "benchmark" bench.log env PYTHONPATH="$PWD/python:$PWD/$build/python${PYTHONPATH:+:$PYTHONPATH}" \
     FLASHTRAIN_TORCH_LIBRARY="$PWD/$build/python/flashtrain/libflashtrain_torch.so" \
