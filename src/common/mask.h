@@ -29,6 +29,9 @@ struct MaskSpec {
   FT_HOST_DEVICE bool visible(int64_t i, int64_t j) const {
     return j >= col_begin(i) && j < col_end(i);
   }
+  // An upper bound (causal or right window) without a lower one: row i sees more keys than row
+  // i - 1, and key j more rows than key j + 1. The sm90 launchers order tiles longest first then.
+  FT_HOST_DEVICE bool upper_bound_only() const { return right >= 0 && left < 0; }
 };
 
 // Applies softcap and ALiBi to an already scaled logit s of (i, j). `slope` is 0 without ALiBi.

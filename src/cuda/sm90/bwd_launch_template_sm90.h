@@ -63,7 +63,7 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
     // 1.006 -> 1.002 at 16k). The rotated dQ walk needs a head's key tiles resident together, so
     // it keeps the head-adjacent order; the wavefront's turns go up in n, which this order keeps.
     const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
-    kp.key_tile_major = mask.right >= 0 && mask.left < 0 && !kp.p.dq_rotated;
+    kp.key_tile_major = mask.upper_bound_only() && !kp.p.dq_rotated;
     const unsigned heads_z = static_cast<unsigned>(hk * plan.head_chunks);
     const dim3 grid = kp.key_tile_major
                           ? dim3(static_cast<unsigned>(batch), heads_z, static_cast<unsigned>(plan.n_blocks))

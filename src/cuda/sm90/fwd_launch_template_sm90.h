@@ -14,8 +14,8 @@ template <typename Element, int kHeadDim>
 void run_fwd_hdim(const FwdArgs& args, cudaStream_t stream) {
   using Traits = FwdTraits<kHeadDim, Element>;
   const int num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
-  // A causal-style upper bound without a lower one: later query blocks see more keys.
-  const bool longest_first = args.mask.right >= 0 && args.mask.left < 0;
+  // Later query blocks see more keys (MaskSpec::upper_bound_only).
+  const bool longest_first = args.mask.upper_bound_only();
   FwdParams<Traits> params{FwdMainloop<Traits>::make_params(args),
                            FwdEpilogue<Traits>::make_params(args),
                            PersistentTileScheduler::make_params(num_m_blocks, args.heads_q, args.batch, longest_first),
