@@ -4,11 +4,11 @@
 The grid of bench_attention.py keeps B*S = 16k tokens and H*D = 2048; this does the same for one
 (S, D, dtype, causal) point, so `ncu --kernel-name regex:bwd_kernel_sm90 --launch-skip 1
 --launch-count 1 python3 bench/profile_kernels.py --seq 8192 --dim 128` profiles the steady-state
-backward of the benchmark's shape.
+backward of the benchmark's shape. With --table it profiles itself (torch.profiler) and prints
+each CUDA kernel's launches and mean time per forward+backward, e.g. to see what the overflow
+guard's empty safe-pass launches cost.
 """
 import argparse
-
-import torch
 
 
 def main():
@@ -20,17 +20,54 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--iters", type=int, default=3, help="forward+backward passes")
+    ap.add_argument("--table", action="store_true",
+                    help="profile --iters passes after a warm-up and print a per-kernel time table")
     args = ap.parse_args()
+    global torch
+    import torch
+
     import flashtrain
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     b, h = max(1, 16384 // args.seq), 2048 // args.dim
     q, k, v = (torch.randn(b, args.seq, h, args.dim, device="cuda", dtype=dtype, requires_grad=True)
                for _ in range(3))
-    for i in range(args.iters):
+    dout = torch.ones(b, args.seq, h, args.dim, device="cuda", dtype=dtype)
+
+    def step():
         out = flashtrain.flash_attn_func(q, k, v, causal=args.causal, deterministic=args.deterministic)
-        out.backward(torch.ones_like(out))
+        out.backward(dout)
+
+    if args.table:
+        print_kernel_table(step, args)
+        return
+    for i in range(args.iters):
+        step()
         torch.cuda.synchronize()
         print(f"iteration {i + 1}/{args.iters} done", flush=True)
+
+
+def print_kernel_table(step, args):
+    """Per-kernel launches and mean microseconds per forward+backward over --iters passes."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.iters):
+            step()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.events():
+        if e.device_type.name != "CUDA":
+            continue
+        n, t = rows.get(e.name, (0, 0.0))
+        rows[e.name] = (n + 1, t + e.device_time)
+    total = sum(t for _, t in rows.values()) / args.iters
+    print(f"seq {args.seq}, dim {args.dim}, {args.dtype}, causal {args.causal}: "
+          f"{total:.1f} us of kernels per forward+backward ({args.iters} passes)")
+    print("%10s %8s  %s" % ("us/pass", "launches", "kernel"))
+    for name, (n, t) in sorted(rows.items(), key=lambda kv: -kv[1][1]):
+        print("%10.1f %8.1f  %s" % (t / args.iters, n / args.iters, name[:110]))
 
 
 if __name__ == "__main__":

@@ -207,6 +207,10 @@ elif [[ $built == 1 ]]; then
     race='*DeterministicSelfAttentionBitwise/bf16:*PrecisionHighOnEveryBackwardPath/bf16'
     step "racecheck (tests $race)" racecheck.log compute-sanitizer --tool racecheck --error-exitcode 1 \
       "$build/flashtrain_tests" --gtest_filter="$race"
+    # The guard's rerun on 3 blocks, each walking many tiles through the same shared memory.
+    step "racecheck (safe pass, 3 blocks)" racecheck_safe.log compute-sanitizer --tool racecheck --error-exitcode 1 \
+      "$build/flashtrain_tests" --gtest_filter='*SafePassWalksManyTilesPerBlock/fp16'
+
   else
     skip "memcheck" "compute-sanitizer not found"
   fi

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -197,6 +198,32 @@ TEST_P(CudaNumerics, SafePassOnEveryBackwardPath) {
   expect_guarded_case_passes(split, true);
 }
 
+// The safe pass runs on at most one wave of blocks, each walking many tiles (gated_grid.h); capped
+// at 3 blocks, every kernel of the rerun walks several tiles here, the deterministic dQ turns wait
+// across them, and precision=high (full grids) is unaffected.
+TEST_P(CudaNumerics, SafePassWalksManyTilesPerBlock) {
+  if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
+  struct CapBlocks {
+    CapBlocks() { setenv("FLASHTRAIN_SAFE_PASS_BLOCKS", "3", 1); }
+    ~CapBlocks() { unsetenv("FLASHTRAIN_SAFE_PASS_BLOCKS"); }
+  } cap;
+  check::CaseSpec det = overflow_spec("3-block safe pass, causal GQA deterministic 301 x 389", 2, 301, 389, 4, 2, 64,
+                                      GetParam());
+  det.options.causal = true;
+  det.options.deterministic = true;
+  expect_guarded_case_passes(det, true);
+
+  check::CaseSpec split = overflow_spec("3-block safe pass, MQA split group 200 x 100", 1, 200, 100, 16, 1, 64,
+                                        GetParam());
+  split.options.align = CausalAlign::kTopLeft;
+  split.options.causal = true;
+  expect_guarded_case_passes(split, true);
+
+  det.options.precision = Precision::kHigh;
+  det.name = "3-block cap, precision=high, causal GQA deterministic 301 x 389";
+  expect_guarded_case_passes(det, true);
+}
+
 // Ordinary inputs: no rerun, and max |dS| agrees with the CPU backend's on the same inputs.
 TEST_P(CudaNumerics, NormalCaseDoesNotRerunAndReportsMaxDs) {
   if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
@@ -259,6 +286,23 @@ TEST_P(CudaNumerics, PrecisionHighWithLogitsAround1e3) {
     ++ran;
   }
   EXPECT_GT(ran, 0) << "neither head dim 64 nor 128 is built";
+}
+
+// Precision::kHigh with one key per row: P = 1 and D = dP, so dS, dQ and dK are exactly zero, as
+// attention computed in fp32 gives them. D normalised by the recomputed P's row sum with the row's
+// first dP as reference (bwd_exact_dsum.h) makes that exact; the unnormalised sum left ~1e-6.
+TEST_P(CudaNumerics, PrecisionHighGivesExactZerosWithOneKey) {
+  if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
+  check::CaseSpec s = dense_spec("precision=high, seqlen 1", 3, 1, 1, 8, 8, 64, 64, GetParam());
+  s.options.precision = Precision::kHigh;
+  const check::Outputs got = check::Case(s).run(Backend::kCUDA);
+  const auto max_abs = [](const std::vector<double>& x) {
+    double m = 0.0;
+    for (double v : x) m = std::max(m, std::fabs(v));
+    return m;
+  };
+  EXPECT_EQ(max_abs(got.dq), 0.0);
+  EXPECT_EQ(max_abs(got.dk), 0.0);
 }
 
 // Precision::kHigh on the other code paths of the sm80 backward: deterministic dQ order (one turn

@@ -7,9 +7,10 @@
 // A forward-shaped kernel on mma.sync: one block per (64-row query tile, query head, batch) keeps
 // its Q and dO tiles in shared memory and streams the visible K and V tiles, computing S = Q K^T
 // and dP = dO V^T with fp32 accumulation, the probabilities exactly as the main kernel does (same
-// lse * log2e from the preprocess, same transforms and mask), and a per-row fp32 sum of P * dP
-// over its own keys in a fixed order: deterministic, no atomics. Two of the backward's five GEMMs,
-// so it costs about a forward pass rather than the O(Sq * Sk * D) memory traffic of a per-row walk.
+// lse * log2e from the preprocess, bwd_score.h, same mask), and per row fp32 sums over its own
+// keys in a fixed order: deterministic, no atomics. D is normalised by the row sum of those P
+// (row_normalized_dsum). Two of the backward's five GEMMs, so it costs about a forward pass rather
+// than the O(Sq * Sk * D) memory traffic of a per-row walk.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -23,11 +24,13 @@
 #include "../common/dropout.h"
 #include "../common/fast_math.h"
 #include "../common/fragment.h"
+#include "../common/gated_grid.h"
 #include "../common/gemm.h"
 #include "../common/gmem_copy.h"
 #include "../common/kernel_traits.h"
 #include "../common/tile_range.h"
 #include "bwd_params.h"
+#include "bwd_score.h"
 
 namespace flashtrain::cuda::sm80 {
 
@@ -54,12 +57,36 @@ struct ExactDsumTraits {
   static constexpr int kSmemBytes = (kSizeQ + kSizedO + kSizeK + kSizeV) * static_cast<int>(sizeof(Element));
 };
 
-// Grid: (query tiles, Hq, batch). kGated: the guard's safe pass, which returns at once unless the
-// normal pass raised the flag.
-template <typename Traits, bool kGated>
-__global__ void __launch_bounds__(Traits::kNThreads) bwd_exact_dsum_kernel(const __grid_constant__ BwdParams p) {
+// D of one row from the 4 lanes of a quad that share it (each lane holds some of its columns):
+// lane l's probability mass m_l = sum P_j, its first visible column's dP as its reference r_l
+// (0 without one) and s_l = sum P_j (dP_j - r_l). Then
+//   D = sum_l (m_l / m) r_l + (sum_l s_l) / m,   m = sum_l m_l,
+// which is sum_j P_j dP_j over the P the main kernel recomputes, normalised to a unit row sum.
+// The normalisation: lse (fp32, rounded at the magnitude of the logits) makes that P's rows sum
+// to 1 + delta with |delta| up to ~3e-4 at logits ~4e3, and dS = P (dP - D) cancels to far less
+// than D where the softmax is peaked, so an unnormalised D leaves delta * D in every dS (a float64
+// simulation of issue #5's logits ~1e3 fp16 case: dQ error 8.7e-4 unnormalised, 3.6e-4
+// normalised, the same as fp32 attention). The reference: a row with one key gets D = dP exactly
+// (m_l / m = 1 in correctly rounded division, s_l = 0), so its dS is exactly 0 as the math says.
+// The butterfly adds give every lane the same sums, in a fixed order.
+__device__ __forceinline__ float row_normalized_dsum(float mass, float shifted, float ref) {
+  float total = mass;
+  total += __shfl_xor_sync(0xffffffffu, total, 1);
+  total += __shfl_xor_sync(0xffffffffu, total, 2);
+  const bool seen = total > 0.0f;  // not: the row sees no key (or every P underflowed), dS = 0
+  float d = seen ? __fmul_rn(__fdiv_rn(mass, total), ref) : 0.0f;
+  d += __shfl_xor_sync(0xffffffffu, d, 1);
+  d += __shfl_xor_sync(0xffffffffu, d, 2);
+  float s = shifted;
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  return seen ? d + __fdiv_rn(s, total) : 0.0f;
+}
+
+// One tile of the grid (query tiles, Hq, batch): query tile m_block of head hq, batch b.
+template <typename Traits>
+__device__ __forceinline__ void bwd_exact_dsum_tile(const BwdParams& p, const int m_block, const int hq, const int b) {
   using namespace cute;
-  if (kGated && p.numerics->nonfinite == 0) return;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -68,10 +95,8 @@ __global__ void __launch_bounds__(Traits::kNThreads) bwd_exact_dsum_kernel(const
   extern __shared__ __align__(128) char smem_raw[];
 
   const int tid = threadIdx.x;
-  const int hq = blockIdx.y;
-  const int b = blockIdx.z;
   const SeqGeometry geo(p, b);
-  const int m0 = blockIdx.x * kBlockM;
+  const int m0 = m_block * kBlockM;
   if (m0 >= geo.len_q) return;
   const int hk = hq / p.group;
   const MaskSpec mask = geo.mask(p);
@@ -128,13 +153,16 @@ __global__ void __launch_bounds__(Traits::kNThreads) bwd_exact_dsum_kernel(const
   constexpr int kRows = decltype(size<0>(tScS))::value;
   constexpr int kCols = decltype(size<1>(tScS))::value;
 
-  // This thread's rows: lse * log2e (the preprocess's, as the main kernel reads it) and the sum.
-  float lse2[kRows], sum[kRows];
+  // This thread's rows: lse * log2e (the preprocess's, as the main kernel reads it), and the
+  // row sums of row_normalized_dsum() below over this thread's columns.
+  float lse2[kRows], mass[kRows], shifted[kRows], ref[kRows];
+  bool have_ref[kRows];
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int i = m0 + get<0>(tScS(r, 0));
     lse2[r] = i < geo.len_q ? p.lse_log2[static_cast<int64_t>(hq) * p.total_q + geo.row_q + i] : 0.0f;
-    sum[r] = 0.0f;
+    mass[r] = shifted[r] = ref[r] = 0.0f;
+    have_ref[r] = false;
   }
   const float slope_log2 = p.alibi_slopes ? p.alibi_slopes[b * p.alibi_batch_stride + hq] * kLog2e : 0.0f;
   const DropoutParams dropout{p.seed, p.offset, p.dropout_threshold};
@@ -164,27 +192,35 @@ __global__ void __launch_bounds__(Traits::kNThreads) bwd_exact_dsum_kernel(const
       CUTE_UNROLL
       for (int c = 0; c < kCols; ++c) {
         const int j = get<1>(tScS(r, c));
-        float score;  // in log2 units, as bwd_kernel.h computes it
-        if (p.softcap > 0.0f) {
-          score = p.softcap * kLog2e * tanhf(s(r, c) * p.scale_over_cap);
-        } else {
-          score = s(r, c) * p.scale_log2;
+        if (j >= col_begin && j < col_end) {
+          const float prob = fast_exp2(bwd_score_log2(p, s(r, c), slope_log2, diag_i, j).score - lse2[r]);
+          if (!have_ref[r]) ref[r] = dp(r, c), have_ref[r] = true;
+          mass[r] += prob;
+          shifted[r] += prob * (dp(r, c) - ref[r]);
         }
-        if (slope_log2 != 0.0f) score -= slope_log2 * static_cast<float>(abs(diag_i - j));
-        const float prob = (j >= col_begin && j < col_end) ? fast_exp2(score - lse2[r]) : 0.0f;
-        sum[r] += prob * dp(r, c);
       }
     }
   }
 
-  // A row's columns are spread over the 4 lanes of a quad: add them in a fixed tree.
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
-    float v = sum[r] * p.dropout_rescale;
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    const float v = row_normalized_dsum(mass[r], shifted[r], ref[r]) * p.dropout_rescale;
     const int i = m0 + get<0>(tScS(r, 0));
     if (tid % 4 == 0 && i < geo.len_q) p.dsum[static_cast<int64_t>(hq) * p.total_q + geo.row_q + i] = v;
+  }
+}
+
+// kGated = false: one block per tile of `tiles` (the launch grid). kGated = true: the guard's safe
+// pass, which returns at once unless the normal pass raised the flag, on one wave of blocks that
+// walks every tile (gated_grid.h).
+template <typename Traits, bool kGated>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    bwd_exact_dsum_kernel(const __grid_constant__ BwdParams p, const TileGrid tiles) {
+  if constexpr (kGated) {
+    if (p.numerics->nonfinite == 0) return;
+    for_each_tile(tiles, [&](int x, int y, int z) { bwd_exact_dsum_tile<Traits>(p, x, y, z); });
+  } else {
+    bwd_exact_dsum_tile<Traits>(p, blockIdx.x, blockIdx.y, blockIdx.z);
   }
 }
 
@@ -201,8 +237,10 @@ void launch_bwd_exact_dsum(const BwdParams& p, cudaStream_t stream) {
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "bwd_exact_dsum: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
   }
-  const dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
-  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  const TileGrid tiles{m_blocks, p.heads_q, p.batch};
+  const dim3 grid = kGated ? dim3(one_wave_blocks(tiles.count(), kernel, Traits::kNThreads, Traits::kSmemBytes))
+                           : tiles.full();
+  kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, tiles);
   check_launch("bwd_exact_dsum");
 }
 

@@ -22,6 +22,7 @@
 #include "../common/dropout.h"
 #include "../common/fast_math.h"
 #include "../common/fragment.h"
+#include "../common/gated_grid.h"
 #include "../common/gemm.h"
 #include "../common/gmem_copy.h"
 #include "../common/mask_tile.h"
@@ -29,17 +30,18 @@
 #include "bwd_kernel_traits.h"
 #include "bwd_params.h"
 #include "bwd_row_stats.h"
+#include "bwd_score.h"
 #include "bwd_safe_scale.h"
 #include "fwd_telemetry.h"
 
 namespace flashtrain::cuda::sm80 {
 
-// Grid: (n_blocks, B, Hk * head_chunks); Traits::kNThreads threads; Traits::kSmemBytes dynamic smem.
+// One tile of the grid (n_blocks, B, Hk * head_chunks): KV tile n_block of batch b, KV head and
+// head chunk z. Traits::kNThreads threads; Traits::kSmemBytes dynamic smem.
 template <typename Traits, BwdPass kPass>
-__global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const BwdParams p) {
+__device__ __forceinline__ void bwd_main_tile(const BwdParams& p, const int n_block, const int b, const int z) {
   using namespace cute;
   constexpr bool kSafe = kPass == BwdPass::kSafe;
-  if (kSafe && p.numerics->nonfinite == 0) return;
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -59,10 +61,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
   float* const smem_stats = reinterpret_cast<float*>(smem_ds + Traits::kSizePdS);
 
   const int tid = threadIdx.x;
-  const int n_block = blockIdx.x;
-  const int b = blockIdx.y;
-  const int hk = blockIdx.z / p.head_chunks;
-  const int hq_begin = hk * p.group + (blockIdx.z % p.head_chunks) * p.heads_per_chunk;
+  const int hk = z / p.head_chunks;
+  const int hq_begin = hk * p.group + (z % p.head_chunks) * p.heads_per_chunk;
   const SeqGeometry geo(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= geo.len_k) return;  // a shorter sequence of a varlen batch
@@ -229,18 +229,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int j = get<1>(tScS(r, c));
-          float score;  // in log2 units
-          float dtanh = 1.0f;
-          if (p.softcap > 0.0f) {
-            const float t = tanhf(s(r, c) * p.scale_over_cap);
-            score = p.softcap * kLog2e * t;
-            dtanh = 1.0f - t * t;  // d(cap * tanh(x / cap)) / dx
-          } else {
-            score = s(r, c) * p.scale_log2;
-          }
-          if (slope_log2 != 0.0f) score -= slope_log2 * static_cast<float>(abs(diag_i - j));
-          const float prob = (j >= col_begin && j < col_end) ? fast_exp2(score - lse2[row]) : 0.0f;
-          dp(r, c) = prob * (dp(r, c) * p.dropout_rescale - dsum[row]) * dtanh;
+          const ScoreLog2 x = bwd_score_log2(p, s(r, c), slope_log2, diag_i, j);
+          const float prob = (j >= col_begin && j < col_end) ? fast_exp2(x.score - lse2[row]) : 0.0f;
+          dp(r, c) = prob * (dp(r, c) * p.dropout_rescale - dsum[row]) * x.dtanh;
           s(r, c) = prob;
         }
       }
@@ -333,6 +324,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const Bw
   if (p.telemetry) telemetry_warp_max(&p.numerics->max_abs_ds, ds_max);
   store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, kv_rows, kSafe ? exact_pow2(ds_exponent) : 1.0f,
                     kSafe ? nullptr : &p.numerics->nonfinite);
+}
+
+// The normal pass: one block per tile of `tiles` (its launch grid). The safe pass: one wave of
+// blocks walking every tile (gated_grid.h), and nothing unless the normal pass raised the flag
+// (or Precision::kHigh's launcher did).
+template <typename Traits, BwdPass kPass>
+__global__ void __launch_bounds__(Traits::kNThreads, 1) bwd_main_kernel(const BwdParams p, const TileGrid tiles) {
+  if constexpr (kPass == BwdPass::kSafe) {
+    if (p.numerics->nonfinite == 0) return;
+    for_each_tile(tiles, [&](int x, int y, int z) { bwd_main_tile<Traits, kPass>(p, x, y, z); });
+  } else {
+    bwd_main_tile<Traits, kPass>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+  }
 }
 
 }  // namespace flashtrain::cuda::sm80

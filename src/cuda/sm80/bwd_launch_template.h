@@ -13,6 +13,7 @@
 
 #include "../common/cuda_check.h"
 #include "../common/dq_schedule.h"
+#include "../common/gated_grid.h"
 #include "bwd_exact_dsum.h"
 #include "bwd_kernel.h"
 #include "bwd_kernel_traits.h"
@@ -51,11 +52,17 @@ void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) 
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "cuda backward: giving bwd_main ", Traits::kSmemBytes, " bytes of shared memory (head dims ",
                   kDimQK, "/", kDimV, ")");
-    const dim3 grid(plan.n_blocks, static_cast<unsigned>(problem.batch),
-                    static_cast<unsigned>(problem.heads_k * plan.head_chunks));
-    // After the shared-memory attribute: the occupancy query needs it.
-    params.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNThreads, Traits::kSmemBytes);
-    kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params);
+    const TileGrid tiles{plan.n_blocks, static_cast<int>(problem.batch),
+                         static_cast<int>(problem.heads_k * plan.head_chunks)};
+    // After the shared-memory attribute: the occupancy queries need it. The guard's rerun walks
+    // its tiles on one wave (gated_grid.h), whose order the wavefront dQ walk needs.
+    dim3 grid = tiles.full();
+    if (kPass == BwdPass::kSafe && problem.precision != Precision::kHigh) {
+      grid = dim3(one_wave_blocks(tiles.count(), kernel, Traits::kNThreads, Traits::kSmemBytes));
+    } else {
+      params.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNThreads, Traits::kSmemBytes);
+    }
+    kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params, tiles);
     check_launch("bwd_main");
   }
 

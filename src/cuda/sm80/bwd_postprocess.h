@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "../common/gated_grid.h"
 #include "../common/numerics_flags.h"
 #include "bwd_params.h"
 
@@ -56,13 +57,13 @@ template <typename Element, int kDim, BwdPass kPass>
 void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, void* out, const Strides3& stride,
                         uint32_t* nonfinite, cudaStream_t stream) {
   using namespace bwd_postprocess_detail;
-  // Enough blocks to fill an H200 several times over; the grid-stride loop covers the rest.
-  constexpr int64_t kMaxBlocks = 132 * 16;
+  // One wave of blocks (a full GPU); the grid-stride loop covers the rest. The safe pass's
+  // blocks exit at once unless the guard fired, so one wave is also all it costs (gated_grid.h).
   const int64_t work = static_cast<int64_t>(rows) * heads * (kDim / kVec);
   if (work == 0) return;
-  const int64_t blocks_needed = (work + kThreads - 1) / kThreads;
-  const int blocks = static_cast<int>(blocks_needed < kMaxBlocks ? blocks_needed : kMaxBlocks);
-  bwd_convert_kernel<Element, kDim, kPass><<<blocks, kThreads, 0, stream>>>(
+  auto kernel = bwd_convert_kernel<Element, kDim, kPass>;
+  const unsigned blocks = one_wave_blocks((work + kThreads - 1) / kThreads, kernel, kThreads, 0);
+  kernel<<<blocks, kThreads, 0, stream>>>(
       accum, rows, heads, dense_len, static_cast<Element*>(out), stride, nonfinite);
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "../common/fast_math.h"
+#include "../common/gated_grid.h"
 #include "bwd_params.h"
 
 namespace flashtrain::cuda::sm80 {
@@ -23,25 +24,15 @@ constexpr int kRowsPerBlock = kThreads / kThreadsPerRow;
 constexpr int kVecBytes = 16;
 }  // namespace bwd_preprocess_detail
 
-// Grid: (ceil(total_q / kRowsPerBlock), Hq). Row r of the global row space (bwd_plan.h).
-template <typename Element, int kDimQK, int kDimV, BwdPass kPass>
-__global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
-    bwd_preprocess_kernel(const BwdParams p) {
+// Rows row_block * kRowsPerBlock ... of query head h in the global row space (bwd_plan.h): D,
+// lse * log2e and the zeroed fp32 dQ accumulator.
+template <typename Element, int kDimQK, int kDimV>
+__device__ __forceinline__ void bwd_preprocess_rows(const BwdParams& p, const int row_block, const int h) {
   using namespace bwd_preprocess_detail;
   constexpr int kVec = kVecBytes / sizeof(Element);
   static_assert(kDimV % kVec == 0 && kDimQK % 4 == 0, "head dims must fill whole vectors");
-  constexpr bool kSafe = kPass == BwdPass::kSafe;
-  const bool first_thread = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
-  if constexpr (kSafe) {
-    if (p.numerics->nonfinite == 0) return;
-    if (first_thread) p.numerics->safe_reruns += 1;
-  } else if (first_thread) {
-    *p.numerics = BwdNumericsWords{0u, 0u, 0, 0u};  // 0 is the ordered int of +0.0f
-  }
-
   const int sub = threadIdx.x % kThreadsPerRow;
-  const int r = blockIdx.x * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
-  const int h = blockIdx.y;
+  const int r = row_block * kRowsPerBlock + threadIdx.x / kThreadsPerRow;
   const bool valid = r < p.total_q;
   // Dense tensors index (b, i) with their batch stride; varlen ones have batch stride 0 and
   // their row is the global row itself.
@@ -82,6 +73,24 @@ __global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
 #pragma unroll
     for (int c = sub; c < kDimQK / 4; c += kThreadsPerRow) dq[c] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
+}
+
+// Tiles: (ceil(total_q / kRowsPerBlock), Hq), one block per tile in the normal pass; the safe pass
+// runs only when the normal pass raised the guard's flag, on one wave of blocks walking every tile
+// (gated_grid.h).
+template <typename Element, int kDimQK, int kDimV, BwdPass kPass>
+__global__ void __launch_bounds__(bwd_preprocess_detail::kThreads)
+    bwd_preprocess_kernel(const BwdParams p, const TileGrid tiles) {
+  constexpr bool kSafe = kPass == BwdPass::kSafe;
+  const bool first_thread = blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0;
+  if constexpr (kSafe) {
+    if (p.numerics->nonfinite == 0) return;
+    if (first_thread) p.numerics->safe_reruns += 1;
+    for_each_tile(tiles, [&](int x, int y, int) { bwd_preprocess_rows<Element, kDimQK, kDimV>(p, x, y); });
+  } else {
+    if (first_thread) *p.numerics = BwdNumericsWords{0u, 0u, 0, 0u};  // 0 is the ordered int of +0.0f
+    bwd_preprocess_rows<Element, kDimQK, kDimV>(p, blockIdx.x, blockIdx.y);
+  }
 
   // Accumulators whose rows are not q rows (dK/dV of the KV heads) and the dQ semaphores:
   // a grid-stride sweep shared by every thread of the grid.
@@ -104,8 +113,10 @@ template <typename Element, int kDimQK, int kDimV, BwdPass kPass = BwdPass::kNor
 void launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream) {
   using namespace bwd_preprocess_detail;
   const int row_blocks = p.total_q > 0 ? (p.total_q + kRowsPerBlock - 1) / kRowsPerBlock : 1;
-  const dim3 grid(row_blocks, p.heads_q > 0 ? p.heads_q : 1);
-  bwd_preprocess_kernel<Element, kDimQK, kDimV, kPass><<<grid, kThreads, 0, stream>>>(p);
+  const TileGrid tiles{row_blocks, p.heads_q > 0 ? p.heads_q : 1, 1};
+  auto kernel = bwd_preprocess_kernel<Element, kDimQK, kDimV, kPass>;
+  const dim3 grid = kPass == BwdPass::kSafe ? dim3(one_wave_blocks(tiles.count(), kernel, kThreads, 0)) : tiles.full();
+  kernel<<<grid, kThreads, 0, stream>>>(p, tiles);
 }
 
 }  // namespace flashtrain::cuda::sm80
