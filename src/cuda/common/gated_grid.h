@@ -28,7 +28,8 @@ struct TileGrid {
   dim3 full() const { return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), static_cast<unsigned>(z)); }
 };
 
-// Calls f(x, y, z) for this block's tiles of `grid`, on a 1-D launch of any size; the whole block
+// Calls f(x, y, z) for this block's tiles of `grid`, on a 1-D launch of any size (a launch of
+// grid.count() blocks gives each block one tile); the whole block
 // calls it, and a __syncthreads() separates consecutive tiles (their shared memory is reused).
 template <class F>
 __device__ __forceinline__ void for_each_tile(const TileGrid& grid, F&& f) {

@@ -56,11 +56,14 @@ void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) 
                          static_cast<int>(problem.heads_k * plan.head_chunks)};
     // After the shared-memory attribute: the occupancy queries need it. The guard's rerun walks
     // its tiles on one wave (gated_grid.h), whose order the wavefront dQ walk needs.
+    // Precision::kHigh's split pass is the only pass: a block per tile, on a 1-D grid as the walk
+    // reads it.
     dim3 grid = tiles.full();
     if (kPass == BwdPass::kSafe && problem.precision != Precision::kHigh) {
       grid = dim3(one_wave_blocks(tiles.count(), kernel, Traits::kNThreads, Traits::kSmemBytes));
     } else {
       params.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNThreads, Traits::kSmemBytes);
+      if (kPass == BwdPass::kSafe) grid = dim3(static_cast<unsigned>(tiles.count()));
     }
     kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params, tiles);
     check_launch("bwd_main");
