@@ -184,6 +184,7 @@ else
   step "build, guard off" build_noguard.log guard_build &&
     step "guard cost" guard_cost.log env PYTHONPATH="$PWD/python" $python bench/guard_cost.py \
       --guarded "$lib" --unguarded "$PWD/$build-noguard/python/flashtrain/libflashtrain_torch.so" \
+      --rounds 3 --kernel-time \
       --seqlens "$guard_seqlens" --dims "$guard_dims" --dtypes "$guard_dtypes" \
       --markdown "$outdir/guard_cost.md" --json "$outdir/guard_cost.json"
 fi

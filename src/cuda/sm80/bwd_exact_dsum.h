@@ -8,8 +8,8 @@
 // its Q and dO tiles in shared memory and streams the visible K and V tiles, computing S = Q K^T
 // and dP = dO V^T with fp32 accumulation, the probabilities exactly as the main kernel does (same
 // lse * log2e from the preprocess, bwd_score.h, same mask), and per row fp32 sums over its own
-// keys in a fixed order: deterministic, no atomics. D is normalised by the row sum of those P
-// (row_normalized_dsum). Two of the backward's five GEMMs, so it costs about a forward pass rather
+// keys in a fixed order: deterministic, no atomics. D and the main kernel's P are normalised by
+// the row sum of those P (safe_row_stats). Two of the backward's five GEMMs, so it costs about a forward pass rather
 // than the O(Sq * Sk * D) memory traffic of a per-row walk.
 #pragma once
 #include <cuda_runtime.h>
@@ -57,19 +57,26 @@ struct ExactDsumTraits {
   static constexpr int kSmemBytes = (kSizeQ + kSizedO + kSizeK + kSizeV) * static_cast<int>(sizeof(Element));
 };
 
-// D of one row from the 4 lanes of a quad that share it (each lane holds some of its columns):
-// lane l's probability mass m_l = sum P_j, its first visible column's dP as its reference r_l
-// (0 without one) and s_l = sum P_j (dP_j - r_l). Then
-//   D = sum_l (m_l / m) r_l + (sum_l s_l) / m,   m = sum_l m_l,
-// which is sum_j P_j dP_j over the P the main kernel recomputes, normalised to a unit row sum.
-// The normalisation: lse (fp32, rounded at the magnitude of the logits) makes that P's rows sum
-// to 1 + delta with |delta| up to ~3e-4 at logits ~4e3, and dS = P (dP - D) cancels to far less
-// than D where the softmax is peaked, so an unnormalised D leaves delta * D in every dS (a float64
-// simulation of issue #5's logits ~1e3 fp16 case: dQ error 8.7e-4 unnormalised, 3.6e-4
-// normalised, the same as fp32 attention). The reference: a row with one key gets D = dP exactly
-// (m_l / m = 1 in correctly rounded division, s_l = 0), so its dS is exactly 0 as the math says.
-// The butterfly adds give every lane the same sums, in a fixed order.
-__device__ __forceinline__ float row_normalized_dsum(float mass, float shifted, float ref) {
+// The row statistics of the safe pass from the 4 lanes of a quad that share a row (each lane
+// holds some of its columns): lane l's probability mass m_l = sum P_j over the P the main kernel
+// computes from lse, its first visible column's dP as its reference r_l (0 without one) and
+// s_l = sum P_j (dP_j - r_l). With m = sum_l m_l,
+//   D   = sum_l (m_l / m) r_l + (sum_l s_l) / m  = sum_j (P_j / m) dP_j
+//   fix = log2(m)
+// The safe main kernel subtracts fix from its exponent, so its P rows sum to 1 like D's weights.
+// Why: lse (fp32, rounded at the magnitude of the logits, from the forward's own accumulation of
+// q.k) makes exp2(s * log2e - lse * log2e) rows sum to 1 + delta, |delta| ~1e-4..1e-3 at logits
+// ~1e3; dS = P (dP - D) cancels to far below D where the softmax is peaked, and dK = sum_i dS_ij
+// q_i cancels again with a large q, so delta dominated dQ / dK (float64 simulations of issue #5's
+// cases: logits ~1e3 fp16 dQ error 8.7e-4 with an unnormalised D, 3.6e-4 normalised; large dO
+// with 1e-5 of lse noise, dK error 2.5e-3 with D alone normalised, 2.6e-4 with P too -- fp32
+// attention's is 4.4e-4). The reference: a row with one key gets D = dP exactly (m_l / m = 1 in
+// correctly rounded division, s_l = 0), so its dS is exactly 0 as the math says. The butterfly
+// adds give every lane the same sums, in a fixed order.
+struct SafeRowStats {
+  float dsum, fix;
+};
+__device__ __forceinline__ SafeRowStats safe_row_stats(float mass, float shifted, float ref) {
   float total = mass;
   total += __shfl_xor_sync(0xffffffffu, total, 1);
   total += __shfl_xor_sync(0xffffffffu, total, 2);
@@ -80,7 +87,7 @@ __device__ __forceinline__ float row_normalized_dsum(float mass, float shifted, 
   float s = shifted;
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
-  return seen ? d + __fdiv_rn(s, total) : 0.0f;
+  return seen ? SafeRowStats{d + __fdiv_rn(s, total), log2f(total)} : SafeRowStats{0.0f, 0.0f};
 }
 
 // One tile of the grid (query tiles, Hq, batch): query tile m_block of head hq, batch b.
@@ -154,7 +161,7 @@ __device__ __forceinline__ void bwd_exact_dsum_tile(const BwdParams& p, const in
   constexpr int kCols = decltype(size<1>(tScS))::value;
 
   // This thread's rows: lse * log2e (the preprocess's, as the main kernel reads it), and the
-  // row sums of row_normalized_dsum() below over this thread's columns.
+  // row sums of safe_row_stats() below over this thread's columns.
   float lse2[kRows], mass[kRows], shifted[kRows], ref[kRows];
   bool have_ref[kRows];
   CUTE_UNROLL
@@ -204,9 +211,13 @@ __device__ __forceinline__ void bwd_exact_dsum_tile(const BwdParams& p, const in
 
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
-    const float v = row_normalized_dsum(mass[r], shifted[r], ref[r]) * p.dropout_rescale;
+    const SafeRowStats stats = safe_row_stats(mass[r], shifted[r], ref[r]);
     const int i = m0 + get<0>(tScS(r, 0));
-    if (tid % 4 == 0 && i < geo.len_q) p.dsum[static_cast<int64_t>(hq) * p.total_q + geo.row_q + i] = v;
+    if (tid % 4 == 0 && i < geo.len_q) {
+      const int64_t at = static_cast<int64_t>(hq) * p.total_q + geo.row_q + i;
+      p.dsum[at] = stats.dsum * p.dropout_rescale;
+      p.lse_fix[at] = stats.fix;
+    }
   }
 }
 

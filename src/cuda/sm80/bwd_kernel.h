@@ -4,7 +4,8 @@
 // head's query-head group (the whole group unless bwd_plan split it). It keeps dK and dV of its
 // tile in fp32 registers and walks the Q tiles (query head by query head) that can see the tile:
 //   S  = scale * Q K^T -> softcap -> ALiBi -> mask          (src/common/mask.h)
-//   P  = exp2(S * log2e - lse * log2e)                       (0 for rows that see no key)
+//   P  = exp2(S * log2e - lse * log2e)                       (0 for rows that see no key;
+//                                                            safe pass: - lse_fix, a unit row sum)
 //   Pd = P * keep / (1 - p)                                  (keep: the philox bits of philox.h)
 //   dV += Pd^T dO,  dP = dO V^T,  dS = P * (dP * keep / (1 - p) - D)
 //   dS *= 1 - tanh^2                                         (softcap chain rule)
@@ -226,11 +227,17 @@ __device__ __forceinline__ void bwd_main_tile(const BwdParams& p, const int n_bl
         const int col_begin = static_cast<int>(mask.col_begin(i)) - n0;
         const int col_end = (i < geo.len_q ? static_cast<int>(mask.col_end(i)) : 0) - n0;
         const int diag_i = i + geo.diag - n0;  // the diagonal column, relative to n0
+        // The safe pass normalises its P rows to a unit sum (lse_fix, bwd_exact_dsum.h): applied
+        // after the subtraction of lse, where the exponent is small and the rounding fine.
+        const float fix =
+            kSafe && i < geo.len_q ? p.lse_fix[static_cast<int64_t>(hq) * p.total_q + geo.row_q + i] : 0.0f;
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int j = get<1>(tScS(r, c));
           const ScoreLog2 x = bwd_score_log2(p, s(r, c), slope_log2, diag_i, j);
-          const float prob = (j >= col_begin && j < col_end) ? fast_exp2(x.score - lse2[row]) : 0.0f;
+          float e = x.score - lse2[row];
+          if constexpr (kSafe) e -= fix;
+          const float prob = (j >= col_begin && j < col_end) ? fast_exp2(e) : 0.0f;
           dp(r, c) = prob * (dp(r, c) * p.dropout_rescale - dsum[row]) * x.dtanh;
           s(r, c) = prob;
         }

@@ -29,6 +29,7 @@ struct BwdParams {
   // Workspace segments (bwd_plan.h).
   float* lse_log2;
   float* dsum;
+  float* lse_fix;
   float* dq_accum;
   int* dq_sema;
   float* dk_accum;
@@ -133,9 +134,11 @@ inline BwdParams make_bwd_params(const Problem& p, const BwdPlan& plan, void* wo
   if (plan.stats_in_dq) {
     r.lse_log2 = static_cast<float*>(p.dq.data);
     r.dsum = r.lse_log2 + p.heads_q * p.total_q;
+    r.lse_fix = r.dsum + p.heads_q * p.total_q;
   } else {
     r.lse_log2 = reinterpret_cast<float*>(ws + plan.lse_log2);
     r.dsum = reinterpret_cast<float*>(ws + plan.dsum);
+    r.lse_fix = reinterpret_cast<float*>(ws + plan.lse_fix);
   }
   r.dq_accum = reinterpret_cast<float*>(ws + plan.dq_accum);
   r.dq_sema = plan.dq_sema_elems ? reinterpret_cast<int*>(ws + plan.dq_sema) : nullptr;

@@ -8,7 +8,11 @@
 //   lse_log2  float [Hq][total_q]            lse * log2(e); +inf where lse = -inf (row sees no key),
 //                                            so exp2(s * log2e - lse_log2) = 0 without a NaN
 //   dsum      float [Hq][total_q]            D = rowsum(dO * O)
-//             (both in dq's own memory instead when BwdPlan::stats_in_dq)
+//   lse_fix   float [Hq][total_q]            log2 of the row sum of the P that the safe pass
+//                                            recomputes, written by its exact-D pass
+//                                            (bwd_exact_dsum.h); the safe main kernel subtracts it
+//                                            so those rows sum to 1
+//             (all three in dq's own memory instead when BwdPlan::stats_in_dq)
 //   dq_accum  float [total_q][Hq][Dqk]       fp32 dQ, scaled by softmax_scale, zeroed by preprocess
 //   dq_sema   int   [B][Hq][m_blocks]        deterministic only: how many KV tiles have added into
 //                                            each dQ tile; fixes the order of the fp32 additions
@@ -66,8 +70,8 @@ struct BwdPlan {
   int m_blocks = 0;     // Q tiles of the longest query sequence
   int n_blocks = 0;     // KV tiles of the longest key sequence (grid.x)
   int head_chunks = 1;  // blocks sharing one KV head's query-head group (grid.z = Hk * chunks)
-  bool stats_in_dq = false;  // lse_log2 and dsum at the start of dq's memory, not in the workspace
-  std::size_t lse_log2 = 0, dsum = 0, dq_accum = 0, dq_sema = 0, dk_accum = 0, dv_accum = 0, numerics = 0;
+  bool stats_in_dq = false;  // lse_log2, dsum and lse_fix at the start of dq's memory, not in the workspace
+  std::size_t lse_log2 = 0, dsum = 0, lse_fix = 0, dq_accum = 0, dq_sema = 0, dk_accum = 0, dv_accum = 0, numerics = 0;
   std::size_t dq_accum_elems = 0, dk_accum_elems = 0, dv_accum_elems = 0, dq_sema_elems = 0;
   std::size_t total_bytes = 0;
 

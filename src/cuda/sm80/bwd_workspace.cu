@@ -84,16 +84,17 @@ BwdPlan make_bwd_plan(const Problem& p) {
     offset += align_up(bytes);
     return at;
   };
-  // D and lse * log2e (the row statistics) live in dq's own memory when it is one dense, 16-byte
+  // D, lse * log2e and its fix (the row statistics) live in dq's own memory when it is one dense, 16-byte
   // aligned block with room for them: only the postprocess writes dq, after the last reader of the
   // statistics (and the safe pass recomputes them). The workspace then holds just the fp32
   // accumulators, which keeps the extra memory of a backward at cuDNN's.
   const std::size_t dq_bytes = static_cast<std::size_t>(p.dq.numel()) * dtype_size(p.dq.dtype);
   plan.stats_in_dq = p.dq.defined() && dense_block(p.dq) && reinterpret_cast<std::uintptr_t>(p.dq.data) % 16 == 0 &&
-                     dq_bytes >= 2 * row_stats;
+                     dq_bytes >= 3 * row_stats;
   if (!plan.stats_in_dq) {
     plan.lse_log2 = take(row_stats);
     plan.dsum = take(row_stats);
+    plan.lse_fix = take(row_stats);
   }
   plan.dq_accum = take(plan.dq_accum_elems * sizeof(float));
   plan.dq_sema = take(plan.dq_sema_elems * sizeof(int));
