@@ -2,158 +2,189 @@
 """What the overflow guard costs: flashtrain's speed with the guard built in over the same code
 built with -DFLASHTRAIN_GUARD=OFF (issue #5's bar: at least 0.98x, forward+backward).
 
-The two builds are two copies of libflashtrain_torch.so, which cannot share a process (they
-register the same torch ops), so each is timed by bench/bench_attention.py --backends flashtrain
-in its own process, alternating guarded / unguarded for --rounds rounds; a case's time is the
-best of its rounds' medians, which takes out most of the drift between processes.
+Both builds load into this one process: the unguarded extension is built with
+-DFLASHTRAIN_TORCH_OP_NAMESPACE=flashtrain_noguard (or --unguarded-namespace), so its operators
+are torch.ops.flashtrain_noguard.fwd / bwd next to torch.ops.flashtrain.*. Each case times the
+raw operators (no autograd: the same work for both) rep by rep in alternation, guarded then
+unguarded then unguarded then guarded, ..., each rep between its own CUDA events, and compares
+the medians. Timing the two builds in separate processes (the former method) left a drift of a
+few percent between processes, as large as the bar, in either direction.
 
-With --kernel-time it also runs bench/profile_kernels.py --table once per build at the smallest
-sequence length (every dim, dtype and causal setting in one process) and adds a table of GPU
-kernel time per forward+backward (torch.profiler): the guard's cost without the run-to-run
-noise of wall-clock medians, and what its safe-pass kernels take when they exit at once.
+A second table adds up the GPU kernel time per forward+backward of each build (torch.profiler,
+the builds profiled one after the other at the smallest sequence length) and what the guard's
+safe-pass kernels take when they exit at once.
 
 Usage:
   python3 bench/guard_cost.py --guarded build-gpu/python/flashtrain/libflashtrain_torch.so \\
-      --unguarded build-noguard/python/flashtrain/libflashtrain_torch.so [--rounds 2] \\
-      [--seqlens 1024,4096,16384] [--dims 64,128] [--dtypes bf16,fp16] [--kernel-time] [--markdown FILE]
-      [--json FILE]
+      --unguarded build-noguard/python/flashtrain/libflashtrain_torch.so [--reps 30] \\
+      [--seqlens 1024,4096,16384] [--dims 64,128] [--dtypes bf16,fp16] [--markdown FILE] [--json FILE]
 """
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 BAR = 0.98
+TOKENS, HIDDEN = 16384, 2048  # bench_attention.py's grid: B * S and H * D
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--guarded", required=True, help="libflashtrain_torch.so of the normal build")
-    ap.add_argument("--unguarded", required=True, help="libflashtrain_torch.so built with -DFLASHTRAIN_GUARD=OFF")
-    ap.add_argument("--rounds", type=int, default=2, help="guarded/unguarded alternations")
+    ap.add_argument("--unguarded", required=True, help="libflashtrain_torch.so built with -DFLASHTRAIN_GUARD=OFF "
+                    "-DFLASHTRAIN_TORCH_OP_NAMESPACE=flashtrain_noguard")
+    ap.add_argument("--unguarded-namespace", default="flashtrain_noguard",
+                    help="torch.ops namespace of the unguarded build's operators")
     ap.add_argument("--seqlens", default="1024,4096,16384")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--dtypes", default="bf16,fp16")
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--kernel-time", action="store_true",
-                    help="also compare GPU kernel time per forward+backward (profile_kernels.py --table)")
-    ap.add_argument("--markdown", help="write the table to this markdown file")
+    ap.add_argument("--reps", type=int, default=30, help="timed forward+backward passes per build and case")
+    ap.add_argument("--profile-passes", type=int, default=20, help="passes per build in the kernel-time table")
+    ap.add_argument("--markdown", help="write the tables to this markdown file")
     ap.add_argument("--json", help="write both builds' timings to this JSON file")
     return ap.parse_args()
 
 
-def time_build(lib, args, tmp, tag):
-    """Runs bench_attention.py on one build; returns its results keyed by case."""
-    out = os.path.join(tmp, f"{tag}.json")
-    env = dict(os.environ, FLASHTRAIN_TORCH_LIBRARY=os.path.abspath(lib))
-    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_attention.py"),
-           "--backends", "flashtrain", "--seqlens", args.seqlens, "--dims", args.dims,
-           "--dtypes", args.dtypes, "--reps", str(args.reps), "--json", out]
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        data = json.load(f)
-    cases = {}
-    for r in data["results"]:
-        entry = r.get("flashtrain", {})
-        if "error" in entry:
-            raise RuntimeError(f"{lib}: {r['dtype']} D={r['dim']} S={r['seqlen']}: {entry['error']}")
-        cases[(r["dtype"], r["dim"], r["seqlen"], r["causal"])] = entry
-    return cases, data["meta"]
+def load_builds(args):
+    """{"guarded": ops, "unguarded": ops}, the torch.ops namespaces of the two extensions."""
+    import torch
+    for lib in (args.guarded, args.unguarded):
+        if not os.path.isfile(lib):
+            raise FileNotFoundError(f"no such library: {lib}")
+    torch.ops.load_library(os.path.abspath(args.guarded))
+    torch.ops.load_library(os.path.abspath(args.unguarded))
+    ops = {"guarded": torch.ops.flashtrain, "unguarded": getattr(torch.ops, args.unguarded_namespace)}
+    for tag, ns in ops.items():
+        try:
+            ns.fwd
+        except (AttributeError, RuntimeError) as e:
+            raise RuntimeError(f"the {tag} build registers no fwd operator in its namespace ({e}); was the "
+                               f"unguarded one built with -DFLASHTRAIN_TORCH_OP_NAMESPACE="
+                               f"{args.unguarded_namespace}?") from None
+    return ops
 
 
-def kernel_times(lib, args, tmp, tag):
-    """profile_kernels.py --table on one build: {(dtype, dim, causal): table} at the smallest S."""
-    out = os.path.join(tmp, f"{tag}_kernels.json")
-    env = dict(os.environ, FLASHTRAIN_TORCH_LIBRARY=os.path.abspath(lib))
-    seq = min(int(x) for x in args.seqlens.split(","))
-    cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "profile_kernels.py"),
-           "--table", "--seq", str(seq), "--dim", args.dims, "--dtype", args.dtypes, "--causal", "no,yes",
-           "--iters", "20", "--json", out]
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
-    with open(out) as f:
-        return {(t["dtype"], t["dim"], t["causal"]): t for t in json.load(f)}
+def fwd_bwd(ops, q, k, v, dout, causal):
+    """One forward and one backward through the raw operators (flashtrain/ops.py's arguments)."""
+    out, lse = ops.fwd(q, k, v, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None)
+    return ops.bwd(dout, q, k, v, out, lse, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None,
+                   False)
 
 
-def kernel_time_lines(guarded, unguarded):
-    """Markdown lines comparing total kernel time per forward+backward of the two builds."""
-    lines = ["", "GPU kernel time per forward+backward (torch.profiler, mean of 20 passes, same shapes); "
-             "safe pass: the guard's kernels, which exit at once when nothing overflowed.", "",
-             "| dtype | D | S | causal | kernel us guarded / unguarded | safe pass us | ratio | meets bar |",
-             "|---|---|---|---|---|---|---|---|"]
-    for key in sorted(guarded):
-        g, u = guarded[key], unguarded.get(key)
-        if u is None:
+def time_case(torch, ops, q, k, v, dout, causal, reps):
+    """Median ms of forward+backward per build, the builds alternating rep by rep (ABBA order)."""
+    tags = ("guarded", "unguarded")
+    for tag in tags:  # warm-up: first-call costs (workspace, occupancy queries) out of the timing
+        for _ in range(3):
+            fwd_bwd(ops[tag], q, k, v, dout, causal)
+    times = {tag: [] for tag in tags}
+    for rep in range(reps):
+        order = tags if rep % 2 == 0 else tags[::-1]
+        for tag in order:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fwd_bwd(ops[tag], q, k, v, dout, causal)
+            end.record()
+            end.synchronize()
+            times[tag].append(start.elapsed_time(end))
+    return {tag: sorted(t)[len(t) // 2] for tag, t in times.items()}
+
+
+def kernel_time(torch, ns, q, k, v, dout, causal, passes):
+    """(total us of CUDA kernels per forward+backward, us of the guard's safe-pass kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        fwd_bwd(ns, q, k, v, dout, causal)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(passes):
+            fwd_bwd(ns, q, k, v, dout, causal)
+        torch.cuda.synchronize()
+    total = safe = 0.0
+    for e in prof.events():
+        if e.device_type.name != "CUDA":
             continue
-        safe = sum(k["us"] for k in g["kernels"] if "BwdPass)1" in k["kernel"] or
-                   ("exact_dsum" in k["kernel"] and "true>" in k["kernel"]))
-        r = u["total_us"] / g["total_us"]
-        lines.append(f"| {key[0]} | {key[1]} | {g['seq']} | {'yes' if key[2] else 'no'} | {g['total_us']:.1f} / "
-                     f"{u['total_us']:.1f} | {safe:.1f} | {r:.3f} | {'yes' if r >= BAR else 'NO'} |")
-    return lines
+        total += e.device_time
+        # The safe pass's kernels: BwdPass::kSafe instantiations and the gated exact-D kernel.
+        if "BwdPass)1" in e.name or ("exact_dsum" in e.name and "true>" in e.name):
+            safe += e.device_time
+    return total / passes, safe / passes
 
 
 def main():
     args = parse_args()
-    for lib in (args.guarded, args.unguarded):
-        if not os.path.isfile(lib):
-            print(f"guard_cost: no such library: {lib}", file=sys.stderr)
-            return 2
-    best = {"guarded": {}, "unguarded": {}}
-    meta = None
-    t0 = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        for rnd in range(args.rounds):
-            for tag, lib in (("guarded", args.guarded), ("unguarded", args.unguarded)):
-                cases, meta = time_build(lib, args, tmp, f"{tag}{rnd}")
-                for key, e in cases.items():
-                    prev = best[tag].get(key)
-                    best[tag][key] = {k: min(e[k], prev[k]) if prev else e[k]
-                                      for k in ("fwd_ms", "bwd_ms", "fwdbwd_ms")}
-                print(f"round {rnd + 1}/{args.rounds}: {tag} timed ({time.time() - t0:.0f}s)",
-                      file=sys.stderr, flush=True)
-        kernels = None
-        if args.kernel_time:
-            kernels = {tag: kernel_times(lib, args, tmp, tag)
-                       for tag, lib in (("guarded", args.guarded), ("unguarded", args.unguarded))}
-            print(f"kernel times profiled ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
-    lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, {meta['date']}, commit {meta['commit']}. "
-             f"Speed of the guarded build over the build with -DFLASHTRAIN_GUARD=OFF (time unguarded / "
-             f"time guarded; best of {args.rounds} alternating rounds of bench_attention.py medians). "
-             f"Bar: fwd+bwd >= {BAR}. The guard does not touch the forward: its column shows the noise "
-             f"between the two processes.", "",
-             "| dtype | D | S | causal | fwd+bwd ms guarded / unguarded | fwd+bwd | bwd | fwd (noise) | meets bar |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    worst = None
-    for key in sorted(best["guarded"]):
-        g, u = best["guarded"][key], best["unguarded"][key]
-        r_all = u["fwdbwd_ms"] / g["fwdbwd_ms"]
-        r_bwd = u["bwd_ms"] / g["bwd_ms"]
-        r_fwd = u["fwd_ms"] / g["fwd_ms"]
-        worst = r_all if worst is None else min(worst, r_all)
-        dt, d, s, causal = key
-        lines.append(f"| {dt} | {d} | {s} | {'yes' if causal else 'no'} | {g['fwdbwd_ms']:.3f} / "
-                     f"{u['fwdbwd_ms']:.3f} | {r_all:.3f} | {r_bwd:.3f} | {r_fwd:.3f} | {'yes' if r_all >= BAR else 'NO'} |")
-    lines += ["", f"Worst fwd+bwd ratio: {worst:.3f} (bar {BAR})."]
-    if kernels:
-        lines += kernel_time_lines(kernels["guarded"], kernels["unguarded"])
-    table = "\n".join(lines) + "\n"
+    import torch
+    if not torch.cuda.is_available():
+        print("guard_cost: no CUDA device", file=sys.stderr)
+        return 2
+    try:
+        ops = load_builds(args)
+    except (FileNotFoundError, RuntimeError) as e:
+        print(f"guard_cost: {e}", file=sys.stderr)
+        return 2
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    seqlens = [int(s) for s in args.seqlens.split(",")]
+    grid = [(dt, int(d), s, c) for dt in args.dtypes.split(",") for d in args.dims.split(",")
+            for s in seqlens for c in (False, True)]
+    results, t0 = [], time.time()
+    for idx, (dt, d, s, causal) in enumerate(grid):
+        b, h = max(1, TOKENS // s), HIDDEN // d
+        gen = torch.Generator(device="cuda").manual_seed(idx)
+        q, k, v, dout = (torch.randn((b, s, h, d), device="cuda", dtype=dtypes[dt], generator=gen) for _ in range(4))
+        ms = time_case(torch, ops, q, k, v, dout, causal, args.reps)
+        row = {"dtype": dt, "dim": d, "seqlen": s, "causal": causal, "batch": b, "heads": h,
+               "guarded_ms": ms["guarded"], "unguarded_ms": ms["unguarded"]}
+        if s == min(seqlens):
+            for tag in ("guarded", "unguarded"):
+                total, safe = kernel_time(torch, ops[tag], q, k, v, dout, causal, args.profile_passes)
+                row[f"{tag}_kernel_us"], row[f"{tag}_safe_pass_us"] = total, safe
+        results.append(row)
+        print(f"[{idx + 1}/{len(grid)}] {dt} D={d} S={s} causal={causal} ({time.time() - t0:.0f}s)",
+              file=sys.stderr, flush=True)
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FLASHTRAIN_COMMIT", "unknown"),
+            "reps": args.reps}
+    table = markdown(results, meta, args)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(table)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "rounds": args.rounds, "kernel_time": kernels and
-                       [{"dtype": k[0], "dim": k[1], "causal": k[2], "guarded": kernels["guarded"][k],
-                         "unguarded": kernels["unguarded"].get(k)} for k in sorted(kernels["guarded"])],
-                       "cases": [{"dtype": k[0], "dim": k[1], "seqlen": k[2], "causal": k[3],
-                                  "guarded": best["guarded"][k], "unguarded": best["unguarded"][k]}
-                                 for k in sorted(best["guarded"])]}, f, indent=1)
+            json.dump({"meta": meta, "cases": results}, f, indent=1)
     print(table)
     return 0
+
+
+def markdown(results, meta, args):
+    lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, {meta['date']}, commit {meta['commit']}. Speed of the "
+             f"guarded build over the build with -DFLASHTRAIN_GUARD=OFF, both loaded in one process: time "
+             f"unguarded / time guarded, medians of {args.reps} forward+backward passes each through the raw "
+             f"operators, the builds alternating pass by pass. Bar: >= {BAR}.", "",
+             "| dtype | D | S | causal | ms guarded / unguarded | ratio | meets bar |", "|---|---|---|---|---|---|---|"]
+    worst = None
+    for r in results:
+        ratio = r["unguarded_ms"] / r["guarded_ms"]
+        worst = ratio if worst is None else min(worst, ratio)
+        lines.append(f"| {r['dtype']} | {r['dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
+                     f"{r['guarded_ms']:.3f} / {r['unguarded_ms']:.3f} | {ratio:.3f} | "
+                     f"{'yes' if ratio >= BAR else 'NO'} |")
+    lines += ["", f"Worst ratio: {worst:.3f} (bar {BAR})." if worst is not None else "No cases."]
+    profiled = [r for r in results if "guarded_kernel_us" in r]
+    if profiled:
+        lines += ["", f"GPU kernel time per forward+backward (torch.profiler, mean of {args.profile_passes} passes "
+                  f"per build); safe pass: the guard's kernels, which exit at once when nothing overflowed.", "",
+                  "| dtype | D | S | causal | kernel us guarded / unguarded | safe pass us | ratio |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in profiled:
+            lines.append(f"| {r['dtype']} | {r['dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
+                         f"{r['guarded_kernel_us']:.1f} / {r['unguarded_kernel_us']:.1f} | "
+                         f"{r['guarded_safe_pass_us']:.1f} | "
+                         f"{r['unguarded_kernel_us'] / r['guarded_kernel_us']:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -7,6 +7,16 @@
 #include <string>
 #include <tuple>
 
+// The torch.ops namespace the operators register under: flashtrain, unless CMake's
+// FLASHTRAIN_TORCH_OP_NAMESPACE names another (a second build loaded next to this one).
+// TORCH_LIBRARY and TORCH_LIBRARY_IMPL paste their namespace argument unexpanded, so these
+// wrappers expand FLASHTRAIN_OP_NS first.
+#ifndef FLASHTRAIN_OP_NS
+#define FLASHTRAIN_OP_NS flashtrain
+#endif
+#define FLASHTRAIN_TORCH_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define FLASHTRAIN_TORCH_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+
 namespace flashtrain::torch_binding {
 
 // What the device-specific registration hands to the shared operator bodies.

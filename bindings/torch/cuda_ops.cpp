@@ -28,7 +28,7 @@ class CudaScope {
 }  // namespace
 }  // namespace flashtrain::torch_binding
 
-TORCH_LIBRARY_IMPL(flashtrain, CUDA, m) {
+FLASHTRAIN_TORCH_LIBRARY_IMPL(FLASHTRAIN_OP_NS, CUDA, m) {
   using namespace flashtrain::torch_binding;
   m.impl("fwd", &forward_kernel<CudaScope>);
   m.impl("bwd", &backward_kernel<CudaScope>);

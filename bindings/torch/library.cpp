@@ -1,4 +1,5 @@
-// TORCH_LIBRARY(flashtrain): the operator schemas and their CPU implementation.
+// TORCH_LIBRARY(flashtrain) (or FLASHTRAIN_TORCH_OP_NAMESPACE): the operator schemas and their CPU
+// implementation.
 // The CUDA implementation is registered by cuda_ops.cpp when torch has CUDA.
 #include <torch/library.h>
 #include <torch/version.h>
@@ -26,14 +27,14 @@ struct HostScope {
 
 // Every operator is defined without a kernel and implemented per dispatch key: CPU here, CUDA in
 // cuda_ops.cpp (under a device guard on q's device and torch's current stream).
-TORCH_LIBRARY(flashtrain, m) {
+FLASHTRAIN_TORCH_LIBRARY(FLASHTRAIN_OP_NS, m) {
   using namespace flashtrain::torch_binding;
   m.def(kForwardSchema FLASHTRAIN_OP_TAGS);
   m.def(kBackwardSchema FLASHTRAIN_OP_TAGS);
   m.def(kBackendSchema);
 }
 
-TORCH_LIBRARY_IMPL(flashtrain, CPU, m) {
+FLASHTRAIN_TORCH_LIBRARY_IMPL(FLASHTRAIN_OP_NS, CPU, m) {
   using namespace flashtrain::torch_binding;
   m.impl("fwd", &forward_kernel<HostScope>);
   m.impl("bwd", &backward_kernel<HostScope>);
@@ -45,7 +46,7 @@ TORCH_LIBRARY_IMPL(flashtrain, CPU, m) {
 // reasons ("q is on device mps; flashtrain runs on cpu and cuda") instead of the dispatcher's
 // "no kernel" error. This replaces the former catch-all (CompositeImplicitAutograd) kernel, which
 // also served CUDA tensors without a device guard.
-TORCH_LIBRARY_IMPL(flashtrain, CompositeExplicitAutograd, m) {
+FLASHTRAIN_TORCH_LIBRARY_IMPL(FLASHTRAIN_OP_NS, CompositeExplicitAutograd, m) {
   using namespace flashtrain::torch_binding;
   m.impl("backend", &backend_op);
 }
