@@ -53,6 +53,11 @@ results=()
 seconds=()
 failed=0
 # step NAME LOGFILE CMD...: runs CMD with its output in OUTDIR/LOGFILE, records status and time.
+# A command (not a shell function) runs under `timeout`, in the background so that a TERM to this
+# script (an outer time limit) reaches it at once: on_term stops the step's whole process group
+# (timeout leads one; a benchmark's child processes would otherwise outlive the script) and
+# prints the summary of the steps so far.
+current="" current_name="" current_t0=0
 step() {
   local name=$1 log=$2
   shift 2
@@ -61,9 +66,17 @@ step() {
     return 1
   fi
   printf '==> %-22s (log: %s)\n' "$name" "$outdir/$log"
-  local t0=$SECONDS
-  if declare -F "$1" >/dev/null; then "$@"; else timeout "${STEP_TIMEOUT:-900}" "$@"; fi >"$outdir/$log" 2>&1
-  local rc=$?
+  local t0=$SECONDS rc
+  if declare -F "$1" >/dev/null; then
+    "$@" >"$outdir/$log" 2>&1
+    rc=$?
+  else
+    timeout "${STEP_TIMEOUT:-900}" "$@" >"$outdir/$log" 2>&1 &
+    current=$! current_name=$name current_t0=$t0
+    wait "$current"
+    rc=$?
+    current=""
+  fi
   names+=("$name")
   seconds+=($((SECONDS - t0)))
   if [[ $rc == 0 ]]; then results+=("ok"); else results+=("FAIL (rc $rc)"); failed=1; fi
@@ -74,6 +87,28 @@ skip() {
   results+=("skipped: $2")
   seconds+=(0)
 }
+
+# The steps so far, the ctest tally and the benchmark table.
+summary() {
+  echo
+  echo "flashtrain gpu_check ($(date -u '+%Y-%m-%d %H:%M UTC'), commit ${FLASHTRAIN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')})"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
+  printf '%-34s %-8s %s\n' "step" "seconds" "result"
+  for i in "${!names[@]}"; do printf '%-34s %-8s %s\n' "${names[$i]}" "${seconds[$i]}" "${results[$i]}"; done
+  if [[ -f "$outdir/ctest.log" ]]; then grep -E 'tests passed|tests failed' "$outdir/ctest.log" | tail -1; fi
+  if [[ -f "$outdir/bench.md" ]]; then echo; cat "$outdir/bench.md"; fi
+  echo "logs: $outdir"
+}
+
+on_term() {
+  if [[ -n "$current" ]]; then
+    kill -TERM -- "-$current" 2>/dev/null || kill -TERM "$current" 2>/dev/null
+    names+=("$current_name"); seconds+=($((SECONDS - current_t0))); results+=("stopped: TERM (time limit)")
+  fi
+  summary | tee "$outdir/summary.txt"
+  exit 143
+}
+trap on_term TERM INT
 
 # ---- machine -------------------------------------------------------------------------------
 step "nvidia-smi" nvidia-smi.log nvidia-smi
@@ -224,14 +259,5 @@ else
 fi
 
 # ---- summary ---------------------------------------------------------------------------------
-{
-  echo
-  echo "flashtrain gpu_check ($(date -u '+%Y-%m-%d %H:%M UTC'), commit ${FLASHTRAIN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')})"
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /'
-  printf '%-34s %-8s %s\n' "step" "seconds" "result"
-  for i in "${!names[@]}"; do printf '%-34s %-8s %s\n' "${names[$i]}" "${seconds[$i]}" "${results[$i]}"; done
-  if [[ -f "$outdir/ctest.log" ]]; then grep -E 'tests passed|tests failed' "$outdir/ctest.log" | tail -1; fi
-  if [[ -f "$outdir/bench.md" ]]; then echo; cat "$outdir/bench.md"; fi
-  echo "logs: $outdir"
-} | tee "$outdir/summary.txt"
+summary | tee "$outdir/summary.txt"
 exit $failed
