@@ -2,12 +2,14 @@
 // `stream`, no synchronisation and no allocation (the workspace holds bwd_workspace_bytes(p),
 // laid out as documented in bwd_plan.h). run_bwd_hdim is the normal pass; run_bwd_safe_hdim the
 // overflow guard's safe pass, enqueued after the normal pass of either path (sm80 or sm90 main
-// kernel): its kernels exit at once unless the normal pass raised the guard's flag. With
-// Precision::kHigh, run_bwd_safe_hdim is the backward's only pass instead: the normal preprocess,
-// D recomputed as sum_j P_ij dL/dP_ij from q, k, v, dO and lse (bwd_exact_dsum.h), then the safe main kernel (P
-// and dS split into hi + lo halves, bwd_safe_scale.h) and postprocess, which run because the
-// launcher raises kFlagSplitPassAsMain. The guard's rerun also takes the exact D. Both are instantiated
-// once per head-dim pair and dtype by the files src/cuda/instantiations/generate.py writes.
+// kernel): its kernels exit at once unless the normal pass raised the guard's flag, on one wave
+// of blocks each (common/gated_grid.h). With Precision::kHigh, run_bwd_safe_hdim is the
+// backward's only pass instead, on full grids: the normal preprocess, D recomputed as
+// sum_j P_ij dL/dP_ij from q, k, v, dO and lse with P's rows renormalised (bwd_exact_dsum.h, which
+// also writes the lse_fix the main kernel subtracts), then the safe main kernel (P and dS split
+// into hi + lo halves, bwd_safe_scale.h) and postprocess, which run because the launcher raises
+// kFlagSplitPassAsMain. The guard's rerun also takes the exact D. Both are instantiated once per
+// head-dim pair and dtype by the files src/cuda/instantiations/generate.py writes.
 #pragma once
 #include <cuda_runtime.h>
 
