@@ -25,6 +25,8 @@ import os
 import sys
 import time
 
+from profile_kernels import kernel_times
+
 BAR = 0.98
 TOKENS, HIDDEN = 16384, 2048  # bench_attention.py's grid: B * S and H * D
 
@@ -94,23 +96,11 @@ def time_case(torch, ops, q, k, v, dout, causal, reps):
 
 def kernel_time(torch, ns, q, k, v, dout, causal, passes):
     """(total us of CUDA kernels per forward+backward, us of the guard's safe-pass kernels)."""
-    from torch.profiler import ProfilerActivity, profile
-    for _ in range(3):
-        fwd_bwd(ns, q, k, v, dout, causal)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(passes):
-            fwd_bwd(ns, q, k, v, dout, causal)
-        torch.cuda.synchronize()
-    total = safe = 0.0
-    for e in prof.events():
-        if e.device_type.name != "CUDA":
-            continue
-        total += e.device_time
-        # The safe pass's kernels: BwdPass::kSafe instantiations and the gated exact-D kernel.
-        if "BwdPass)1" in e.name or ("exact_dsum" in e.name and "true>" in e.name):
-            safe += e.device_time
-    return total / passes, safe / passes
+    rows = kernel_times(torch, lambda: fwd_bwd(ns, q, k, v, dout, causal), passes)
+    # The safe pass's kernels: BwdPass::kSafe instantiations and the gated exact-D kernel.
+    safe = sum(us for name, (_, us) in rows.items()
+               if "BwdPass)1" in name or ("exact_dsum" in name and "true>" in name))
+    return sum(us for _, us in rows.values()), safe
 
 
 def main():

@@ -43,8 +43,6 @@ __device__ __forceinline__ void for_each_tile(const TileGrid& grid, F&& f) {
 
 // Blocks of one wave of `kernel` (threads per block, dynamic shared memory) on the current device,
 // at most `tiles` and at least 1. The occupancy is queried once per kernel and device.
-// FLASHTRAIN_SAFE_PASS_BLOCKS=N caps it at N blocks, so that small test cases make each block
-// walk many tiles (tests/cpp/test_cuda_numerics.cpp, gpu_check's racecheck).
 template <class Kernel>
 unsigned one_wave_blocks(int64_t tiles, Kernel kernel, int threads, int smem_bytes) {
   constexpr int kMaxDevices = 64;
@@ -60,12 +58,22 @@ unsigned one_wave_blocks(int64_t tiles, Kernel kernel, int threads, int smem_byt
     wave = sms * (per_sm > 0 ? per_sm : 1);
     if (device < kMaxDevices) cached[device].store(wave, std::memory_order_relaxed);
   }
-  if (const char* cap = std::getenv("FLASHTRAIN_SAFE_PASS_BLOCKS")) {
-    const int n = std::atoi(cap);
-    if (n > 0 && n < wave) wave = n;
-  }
   const int64_t blocks = tiles < wave ? tiles : wave;
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
+}
+
+// The blocks of a gated safe-pass launch: one wave, or fewer under FLASHTRAIN_SAFE_PASS_BLOCKS=N,
+// so that small test cases make each block walk many tiles (tests/cpp/test_cuda_numerics.cpp,
+// gpu_check's racecheck). Read on every call (tests set it around single cases); the normal pass
+// never reads it.
+template <class Kernel>
+unsigned safe_pass_blocks(int64_t tiles, Kernel kernel, int threads, int smem_bytes) {
+  unsigned blocks = one_wave_blocks(tiles, kernel, threads, smem_bytes);
+  if (const char* cap = std::getenv("FLASHTRAIN_SAFE_PASS_BLOCKS")) {
+    const int n = std::atoi(cap);
+    if (n > 0 && static_cast<unsigned>(n) < blocks) blocks = static_cast<unsigned>(n);
+  }
+  return blocks;
 }
 
 }  // namespace flashtrain::cuda

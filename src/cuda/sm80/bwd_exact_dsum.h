@@ -9,8 +9,8 @@
 // and dP = dO V^T with fp32 accumulation, the probabilities exactly as the main kernel does (same
 // lse * log2e from the preprocess, bwd_score.h, same mask), and per row fp32 sums over its own
 // keys in a fixed order: deterministic, no atomics. D and the main kernel's P are normalised by
-// the row sum of those P (safe_row_stats). Two of the backward's five GEMMs, so it costs about a forward pass rather
-// than the O(Sq * Sk * D) memory traffic of a per-row walk.
+// the row sum of those P (safe_row_stats). Two of the backward's five GEMMs, so it costs about a
+// forward pass rather than the O(Sq * Sk * D) memory traffic of a per-row walk.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -249,7 +249,7 @@ void launch_bwd_exact_dsum(const BwdParams& p, cudaStream_t stream) {
                   "bwd_exact_dsum: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
   }
   const TileGrid tiles{m_blocks, p.heads_q, p.batch};
-  const dim3 grid = kGated ? dim3(one_wave_blocks(tiles.count(), kernel, Traits::kNThreads, Traits::kSmemBytes))
+  const dim3 grid = kGated ? dim3(safe_pass_blocks(tiles.count(), kernel, Traits::kNThreads, Traits::kSmemBytes))
                            : tiles.full();
   kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(p, tiles);
   check_launch("bwd_exact_dsum");

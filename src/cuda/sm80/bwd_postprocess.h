@@ -62,7 +62,9 @@ void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, 
   const int64_t work = static_cast<int64_t>(rows) * heads * (kDim / kVec);
   if (work == 0) return;
   auto kernel = bwd_convert_kernel<Element, kDim, kPass>;
-  const unsigned blocks = one_wave_blocks((work + kThreads - 1) / kThreads, kernel, kThreads, 0);
+  const int64_t tiles = (work + kThreads - 1) / kThreads;
+  const unsigned blocks = kPass == BwdPass::kSafe ? safe_pass_blocks(tiles, kernel, kThreads, 0)
+                                                  : one_wave_blocks(tiles, kernel, kThreads, 0);
   kernel<<<blocks, kThreads, 0, stream>>>(
       accum, rows, heads, dense_len, static_cast<Element*>(out), stride, nonfinite);
 }

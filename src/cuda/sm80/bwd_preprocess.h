@@ -115,7 +115,7 @@ void launch_bwd_preprocess(const BwdParams& p, cudaStream_t stream) {
   const int row_blocks = p.total_q > 0 ? (p.total_q + kRowsPerBlock - 1) / kRowsPerBlock : 1;
   const TileGrid tiles{row_blocks, p.heads_q > 0 ? p.heads_q : 1, 1};
   auto kernel = bwd_preprocess_kernel<Element, kDimQK, kDimV, kPass>;
-  const dim3 grid = kPass == BwdPass::kSafe ? dim3(one_wave_blocks(tiles.count(), kernel, kThreads, 0)) : tiles.full();
+  const dim3 grid = kPass == BwdPass::kSafe ? dim3(safe_pass_blocks(tiles.count(), kernel, kThreads, 0)) : tiles.full();
   kernel<<<grid, kThreads, 0, stream>>>(p, tiles);
 }
 
