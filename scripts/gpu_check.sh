@@ -238,9 +238,10 @@ elif [[ $built == 1 ]]; then
       step "memcheck (doctor --quick)" memcheck.log compute-sanitizer --tool memcheck --error-exitcode 1 \
         "$build/flashtrain" doctor --backend cuda --quick
     fi
-    # Shared-memory hazards of the sm90 backward (deterministic, rotated order) and of the split
-    # safe pass (bf16 precision=high runs it on every path).
-    race='*DeterministicSelfAttentionBitwise/bf16:*PrecisionHighOnEveryBackwardPath/bf16'
+    # Shared-memory hazards of the sm90 backward (default mode with many steps per block;
+    # deterministic, rotated order) and of the split safe pass (bf16 precision=high runs it on
+    # every path).
+    race='*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16:*PrecisionHighOnEveryBackwardPath/bf16'
     step "racecheck (tests $race)" racecheck.log compute-sanitizer --tool racecheck --error-exitcode 1 \
       "$build/flashtrain_tests" --gtest_filter="$race"
     # The guard's rerun on 3 blocks, each walking many tiles through the same shared memory.

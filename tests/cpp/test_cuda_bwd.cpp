@@ -118,6 +118,25 @@ TEST_P(CudaBackward, DeterministicSelfAttentionBitwise) {
   EXPECT_GT(ran, 0) << "no head dim is built";
 }
 
+// The shapes the sm90 backward runs (D 64 and 128, no dropout or softcap), default mode: many
+// steps per block, so both Q / dO stages are refilled several times by whichever warpgroup
+// releases them second, and the dS buffers and dQ staging halves turn over while the other
+// warpgroup may still be a step behind. Small enough for compute-sanitizer racecheck.
+TEST_P(CudaBackward, Sm90ShapesMultiStep) {
+  int ran = 0;
+  for (int d : {64, 128}) {
+    for (bool causal : {false, true}) {
+      check::CaseSpec s = dense_spec("D " + std::to_string(d) + (causal ? " causal" : "") + ", 1 x 520, GQA 4/2",
+                                     1, 520, 520, 4, 2, d, d, GetParam());
+      s.options.causal = causal;
+      if (head_dim_not_built(s)) continue;
+      expect_case_passes(s, Backend::kCUDA);
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 0) << "no head dim is built";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackward, ::testing::Values(DType::kFloat16, DType::kBFloat16),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(check::dtype_short_name(info.param));

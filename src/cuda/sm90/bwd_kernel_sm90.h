@@ -2,19 +2,21 @@
 // (lse * log2e, D = rowsum(dO * O), dQ accumulator zeroed) and the sm80 postprocess (fp32 dQ
 // rounded into dq), over the same workspace (src/cuda/sm80/bwd_plan.h).
 //
-// Grid (KV tiles, batch, KV heads * head chunks), two warpgroups per block (bwd_kernel_traits_sm90.h).
+// Grid: bwd_block_coords below; two warpgroups per block (bwd_kernel_traits_sm90.h).
 // Per step (one kBlockM-row Q tile of one query head), warpgroup w with keys [64 w, 64 w + 64):
 //   S^T  = K Q^T,  dP^T = V dO^T                          (wgmma, shared x shared, in flight together)
 //   P^T  = exp2(S^T * scale log2e - lse log2e)             (0 outside the mask and for rows past Sq)
 //   dV  += P^T dO                                          (wgmma, P^T from registers)
 //   dS^T = P^T * (dP^T - D)  -> registers and shared memory
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
-//   dQ   = dS K (columns split over the warpgroups), staged in shared memory times scale and added
-//          into dq_accum with one bulk reduction per row (in the fixed turns of tile_range.h's
-//          deterministic schedule when deterministic; the walk over Q tiles starts on the diagonal
-//          under its rotated form)
-// The Q / dO tiles of the next step are fetched by TMA (one thread) into the other stage while
-// this step computes. dK (times scale) and dV are written once at the end.
+//   -- block barrier: both warpgroups' dS written --
+//   dQ   = dS K (columns split over the warpgroups), staged in shared memory times scale; each
+//          warpgroup adds its columns into dq_accum by TMA reduction (in the fixed turns of
+//          tile_range.h's deterministic schedule when deterministic; the walk over Q tiles starts
+//          on the diagonal under its rotated form)
+// The dS barrier is the only one between the warpgroups in a step, so one may run up to a step
+// ahead of the other. Q / dO come by TMA two steps ahead: the warpgroup that is second to finish
+// with a stage refills it. dK (times scale) and dV are written once at the end.
 #pragma once
 #include <cmath>
 
@@ -42,38 +44,53 @@ struct BwdKernelParams {
   typename Traits::TmaLoadQdO tma_do;
   typename Traits::TmaLoadKV tma_k;
   typename Traits::TmaLoadKV tma_v;
+  typename Traits::TmaReducedQ tma_dq;
   typename Traits::ShapeQKV shape_q;
   typename Traits::ShapeQKV shape_k;
-  // Grid order (bwd_launch_template_sm90.h): false, (key tile, batch, head) with the key tiles of
-  // a head adjacent; true, (batch, head, key tile), every head's first key tile before any second.
-  bool key_tile_major;
+  typename Traits::ShapeQKV shape_dq;
+  // Grid order (bwd_launch_template_sm90.h). band_heads == 0: a 3-D grid (key tile, batch, head),
+  // the key tiles of a head adjacent. band_heads > 0: a 1-D grid walking bands of band_heads
+  // (batch, head) units, each band key tile by key tile: every unit's tile 0 of the band, then
+  // every tile 1, ...
+  int band_heads;
+  int units;     // batch * heads per block row (the grid's y * z extent in the 3-D order)
+  int n_blocks;  // key tiles per unit
 };
 
-// Bulk reduction of `bytes` (a multiple of 16, both addresses 16-byte aligned) from shared memory
-// into global memory: global[i] += shared[i] in fp32, asynchronously; committed as one group.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* global, const float* shared, uint32_t bytes) {
-#ifdef FLASHTRAIN_SM90_DEVICE_CODE
-  const uint32_t smem_addr = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               :
-               : "l"(global), "r"(smem_addr), "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
+// (key tile, batch, head unit) of this block under kp's grid order.
+template <class Traits>
+__device__ __forceinline__ void bwd_block_coords(const BwdKernelParams<Traits>& kp, int heads_z, int& n_block, int& b,
+                                                 int& head_z) {
+  if (kp.band_heads == 0) {
+    n_block = static_cast<int>(blockIdx.x);
+    b = static_cast<int>(blockIdx.y);
+    head_z = static_cast<int>(blockIdx.z);
+    return;
+  }
+  const int lin = static_cast<int>(blockIdx.x);
+  const int per_band = kp.band_heads * kp.n_blocks;
+  const int band = lin / per_band;
+  const int r = lin - band * per_band;
+  const int first_unit = band * kp.band_heads;
+  const int units_here = min(kp.band_heads, kp.units - first_unit);
+  n_block = r / units_here;
+  const int unit = first_unit + (r - n_block * units_here);
+  b = unit / heads_z;
+  head_z = unit - b * heads_z;
 }
-// Waits until this thread's bulk groups have read their shared-memory source.
-__device__ __forceinline__ void bulk_wait_read() {
-#ifdef FLASHTRAIN_SM90_DEVICE_CODE
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-#endif
-}
-// Waits until this thread's bulk groups have completed, and orders their (async-proxy) global
-// writes before this thread's later generic-proxy operations (the deterministic turn's release).
+
+// Waits until this thread's bulk groups (the TMA reductions) have completed, and orders their
+// (async-proxy) global writes before this thread's later generic-proxy operations (the
+// deterministic turn's release).
 __device__ __forceinline__ void bulk_wait_complete() {
 #ifdef FLASHTRAIN_SM90_DEVICE_CODE
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif
+}
+// Barrier `id` (1..15; 0 is __syncthreads) over the first `threads` threads to arrive.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 template <class Traits>
@@ -96,9 +113,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem);
 
   const int tid = static_cast<int>(threadIdx.x);
-  const int n_block = static_cast<int>(kp.key_tile_major ? blockIdx.z : blockIdx.x);
-  const int b = static_cast<int>(kp.key_tile_major ? blockIdx.x : blockIdx.y);
-  const int head_z = static_cast<int>(kp.key_tile_major ? blockIdx.y : blockIdx.z);
+  int n_block, b, head_z;
+  bwd_block_coords(kp, p.heads_k * p.head_chunks, n_block, b, head_z);
   const int hk = head_z / p.head_chunks;
   const int hq_begin = hk * p.group + (head_z % p.head_chunks) * p.heads_per_chunk;
   const sm80::SeqGeometry geo(p, b);
@@ -121,14 +137,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdS{});
   Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdSt{});
 
+  const int wg = tid / Traits::kThreadsPerWarpGroup;
+  const int wg_tid = tid % Traits::kThreadsPerWarpGroup;
   if (tid == 0) {
     cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_dq.get_tma_descriptor());
     ClusterBarrier::init(&s.kv_full, 1);
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kStages; ++i) ClusterBarrier::init(&s.qdo_full[i], 1);
+    for (int i = 0; i < kStages; ++i) {
+      ClusterBarrier::init(&s.qdo_full[i], 1);
+      s.qdo_released[i] = 0;
+    }
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -153,8 +175,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
     copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
   };
-  // Row statistics of `step` into `stage` (bwd_row_stats.h), made visible by the block barrier
-  // that ends the step issuing them.
+  // Row statistics of `step` into `stage` (bwd_row_stats.h), made visible by the dS barrier of
+  // the step issuing them (each thread waits for its own copies before it).
   static_assert(2 * kBlockM <= Traits::kNumThreads, "one thread per row statistic");
   auto load_stats = [&](int step, int stage) {
     sm80::fetch_row_stats(p, geo, step_head(step), step_m_block(step) * kBlockM, kBlockM, tid, s.lse_log2[stage],
@@ -173,7 +195,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ClusterTransactionBarrier::arrive_and_expect_tx(&s.kv_full, 2 * Traits::kTmaBytesKV);
       copy(kp.tma_k.with(s.kv_full), cta_k.partition_S(gK), cta_k.partition_D(sK));
       copy(kp.tma_v.with(s.kv_full), cta_v.partition_S(gV), cta_v.partition_D(sV));
-      load_qdo(0, 0);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kStages; ++i)
+        if (i < num_steps) load_qdo(i, i);
     }
     load_stats(0, 0);
     cute::cp_async_wait<0>();
@@ -194,19 +218,32 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);
   Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // (MMA, MMA_N, MMA_K, stages)
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
-  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, MMA_M, MMA_K, dS buffers)
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
-  Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // where this thread's dS^T values go in shared memory
+  Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // where this thread's dS^T values go, per dS buffer
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   clear(acc_dk);
   clear(acc_dv);
 
-  // Where this thread's dQ values go in the staging tile.
-  Tensor sdQ = make_tensor(make_smem_ptr(s.dq), make_layout(Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                                                            make_stride(Int<Traits::kDqRowStride>{}, _1{})));
+  // Where this thread's dQ values go in the (swizzled) staging tile.
+  Tensor sdQ = make_tensor(make_smem_ptr(s.dq.data()), typename Traits::SmemLayoutdQ{});
   Tensor tdQsdQ = thr_dq.partition_C(sdQ);
+  // This warpgroup's TMA reductions of a step: its boxes of 32 columns, issued by one thread.
+  auto reduce_dq = [&](int hq, int m_block) {
+    Tensor mdQ = kp.tma_dq.get_tma_tensor(kp.shape_dq)(_, _, hq, b);
+    auto cta = kp.tma_dq.get_slice(_0{});
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Traits::kDqBoxesPerWarpGroup; ++i) {
+      const int box = wg * Traits::kDqBoxesPerWarpGroup + i;
+      Tensor gdQ = local_tile(mdQ, Shape<Int<kBlockM>, Int<Traits::kDqBoxCols>>{}, make_coord(m_block, box));
+      Tensor sdQbox = make_tensor(make_smem_ptr(s.dq.data() + box * kBlockM * Traits::kDqBoxCols),
+                                  typename Traits::SmemLayoutdQBox{});
+      copy(kp.tma_dq, cta.partition_S(sdQbox), cta.partition_D(gdQ));
+    }
+    cute::tma_store_arrive();
+  };
 
   // (key, query) coordinates of this thread's S^T elements inside the tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileSdP{}));
@@ -217,13 +254,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   CUTLASS_PRAGMA_NO_UNROLL
   for (int step = 0; step < num_steps; ++step) {
     const int stage = step % kStages;
+    const int ds_stage = step % Traits::kStagesdS;
     const int hq = step_head(step);
     const int m_block = step_m_block(step);
     const int m0 = m_block * kBlockM;
-    if (step + 1 < num_steps) {
-      if (tid == 0) load_qdo(step + 1, stage ^ 1);
-      load_stats(step + 1, stage ^ 1);
-    }
+    // The other stage's statistics were last read before the previous step's dS barrier.
+    if (step + 1 < num_steps) load_stats(step + 1, stage ^ 1);
     if (step == 0) ClusterBarrier::wait(&s.kv_full, 0);
     ClusterBarrier::wait(&s.qdo_full[stage], static_cast<uint32_t>((step / kStages) & 1));
 
@@ -283,43 +319,47 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);
     {
-      // The same registers in the accumulator's layout, for the shared-memory copy of dS^T.
+      // The same registers in the accumulator's layout, for the shared-memory copy of dS^T. The
+      // buffer was last read by the dQ GEMMs two steps back, retired before the last dS barrier.
       Tensor tdSrdS = make_tensor(tOrdS.data(), tdPrdP.layout());
-      copy(tdSrdS, tdSsdS);
+      copy(tdSrdS, tdSsdS(_, _, _, ds_stage));
     }
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
-    cutlass::arch::fence_view_async_shared();  // dS stores visible to the wgmma (async proxy)
-    if (tid < kBlockM) bulk_wait_read();       // the previous step's dQ rows have left shared memory
-    __syncthreads();                           // both warpgroups' keys of dS written
+    cutlass::arch::fence_view_async_shared();     // dS stores visible to the wgmma (async proxy)
+    if (wg_tid == 0) cute::tma_store_wait<0>();   // this warpgroup's last dQ boxes have left shared memory
+    cute::cp_async_wait<0>();                     // the next step's row statistics (issued at the top)
+    __syncthreads();                              // the dS barrier: both warpgroups' keys of dS written
 
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    wgmma_gemm<true, 0>(mma_dq, tdQrdS, tdQrKt, acc_dq);  // also waits for dV and dK
+    wgmma_gemm<true, 0>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);  // also retires dV and dK
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dv);
+    // Every wgmma of this warpgroup that reads this Q / dO stage has completed (the wait above
+    // covers the whole warpgroup's batches). The second warpgroup to get here refills the stage.
+    if (wg_tid == 0) {
+      ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_block> released(s.qdo_released[stage]);
+      const uint32_t before = released.fetch_add(1u, ::cuda::memory_order_acq_rel);
+      if ((before & 1u) != 0 && step + kStages < num_steps) load_qdo(step + kStages, stage);
+    }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc_dq); ++i) tdQsdQ(i) = acc_dq(i) * p.scale;
-    cutlass::arch::fence_view_async_shared();  // dQ stores visible to the bulk reduction
-    cute::cp_async_wait<0>();                  // the next step's row statistics (issued at the top)
-    // After this barrier no thread reads this step's Q / dO stage, statistics or dS again (every
-    // wgmma of the step has completed), so the next step may overwrite them: no barrier ends the step.
-    __syncthreads();
-    {
-      int* sema = p.deterministic ? sm80::dq_semaphore(p, b, hq, m_block) : nullptr;
-      if (p.deterministic)
-        sm80::wait_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
-      // Thread r adds row r of the tile (rows past the sequence are not in dq_accum).
-      if (tid < kBlockM && m0 + tid < geo.len_q) {
-        float* row = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0 + tid) * p.heads_q + hq) * kHeadDim;
-        bulk_reduce_add_f32(row, &s.dq[tid * Traits::kDqRowStride], Traits::kDqRowBytes);
+    cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
+    if (!p.deterministic) {
+      named_barrier_sync(1 + wg, Traits::kThreadsPerWarpGroup);  // this warpgroup's columns staged
+      if (wg_tid == 0) reduce_dq(hq, m_block);
+    } else {
+      int* sema = sm80::dq_semaphore(p, b, hq, m_block);
+      // wait_dq_turn's block barrier also orders every thread's dQ stores before the reductions.
+      sm80::wait_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
+      if (wg_tid == 0) {
+        reduce_dq(hq, m_block);
+        bulk_wait_complete();  // the additions are in global memory
       }
-      if (p.deterministic) {
-        if (tid < kBlockM) bulk_wait_complete();  // the additions are in global memory
-        sm80::pass_dq_turn(sema);
-      }
+      sm80::pass_dq_turn(sema);
     }
   }
 
-  if (tid < kBlockM) bulk_wait_complete();  // no bulk reduction may outlive the block's shared memory
+  if (wg_tid == 0) bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory
 
   // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
   sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);

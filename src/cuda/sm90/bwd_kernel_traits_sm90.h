@@ -5,7 +5,9 @@
 // warpgroups split the KV tile: warpgroup w owns key rows [64 w, 64 w + 64), so it computes the
 // transposed tiles S^T = K Q^T and dP^T = V dO^T of its keys, keeps dK and dV of its keys in
 // registers and feeds P^T / dS^T from registers straight into the dV / dK GEMMs. dQ = dS K needs
-// every key, so dS^T goes through shared memory and the two warpgroups split dQ's columns.
+// every key, so dS^T goes through shared memory (two buffers, so that one warpgroup may write the
+// next step's while the other still reads this one's) and the two warpgroups split dQ's columns,
+// each adding its half into dq_accum with TMA reductions.
 #pragma once
 #include <cstdint>
 
@@ -31,9 +33,11 @@ struct BwdTraits {
   // Query rows per step: D = 64 takes 128 so each step's GEMMs are big enough to amortise its
   // barriers, waits and row-statistic loads. The grid (KV tiles of kBlockN) and the dQ semaphores
   // come from the sm80 plan (bwd_plan.h), whose 64-row Q tiles are at least as many as these.
+  // (With kBlockM = 64 at D = 64 the backward ran 15-25% slower on the H200, S 1k-4k.)
   static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;
   static constexpr int kBlockN = 128;  // key rows per block
   static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
+  static constexpr int kStagesdS = 2;  // dS buffers
   static constexpr int kNumWarpGroups = 2;
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
   static constexpr int kNumThreads = kNumWarpGroups * kThreadsPerWarpGroup;
@@ -77,13 +81,24 @@ struct BwdTraits {
   using SmemLayoutQdOt = decltype(cute::composition(
       SmemLayoutQdO{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_M, cute::Int<kStages>>{},
                                                  cute::Step<cute::_2, cute::_1, cute::_3>{})));
-  // dS (queries x keys), queries contiguous: written from the dS^T accumulators (whose register
-  // pairs are adjacent queries) and read as the MN-major A operand of dQ = dS K.
+  // dS (queries x keys x buffer), queries contiguous: written from the dS^T accumulators (whose
+  // register pairs are adjacent queries) and read as the MN-major A operand of dQ = dS K.
   using SmemAtomdS = cute::GMMA::Layout_MN_SW128_Atom<Element>;  // 64 x 8 elements, queries contiguous
-  using SmemLayoutdS = decltype(cute::tile_to_shape(SmemAtomdS{}, cute::Shape<Int_M, Int_N>{}));
-  // dS^T (keys x queries) over the same bytes, partitioned like the S^T accumulator.
+  using SmemLayoutdS = decltype(cute::tile_to_shape(SmemAtomdS{}, cute::Shape<Int_M, Int_N, cute::Int<kStagesdS>>{}));
+  // dS^T (keys x queries x buffer) over the same bytes, partitioned like the S^T accumulator.
   using SmemLayoutdSt = decltype(cute::composition(
-      SmemLayoutdS{}, cute::make_layout(cute::Shape<Int_N, Int_M>{}, cute::Stride<Int_M, cute::_1>{})));
+      SmemLayoutdS{}, cute::make_layout(cute::Shape<Int_N, Int_M, cute::Int<kStagesdS>>{},
+                                        cute::Stride<Int_M, cute::_1, cute::Int<kBlockM * kBlockN>>{})));
+
+  // The step's dQ (scale * dS K, fp32) is staged in shared memory, 128-byte swizzled in boxes of
+  // 32 columns (the accumulator's stores then hit distinct banks), and added into dq_accum by TMA
+  // reductions (cp.reduce.async.bulk.tensor .add), one per box; warpgroup w owns the boxes of its
+  // columns [w D / 2, (w + 1) D / 2), which are the first / second half of the staging memory.
+  static constexpr int kDqBoxCols = 32;
+  static constexpr int kDqBoxesPerWarpGroup = kHeadDim / kDqBoxCols / kNumWarpGroups;
+  using SmemAtomdQ = cute::GMMA::Layout_K_SW128_Atom<float>;  // 8 x 32 floats
+  using SmemLayoutdQ = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, Int_D>{}));
+  using SmemLayoutdQBox = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, cute::Int<kDqBoxCols>>{}));
 
   // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
   using ShapeQKV = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
@@ -91,18 +106,16 @@ struct BwdTraits {
   using GmemLayoutQKV = cute::Layout<ShapeQKV, StrideQKV>;
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 GmemLayoutQKV{}));
+  using GmemTensordQ = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<float*>(nullptr)),
+                                                  GmemLayoutQKV{}));
   using TmaLoadQdO = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
                                                   cute::take<0, 2>(SmemLayoutQdO{}), cute::Shape<Int_M, Int_D>{},
                                                   cute::_1{}));
   using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
                                                  cute::Shape<Int_N, Int_D>{}, cute::_1{}));
-
-  // The step's dQ (scale * dS K, fp32) is staged in shared memory and added into dq_accum row by
-  // row with bulk reductions (cp.reduce.async.bulk .add.f32). Rows are padded by 4 floats so the
-  // accumulator's column pairs of 8 consecutive rows fall into different banks; each row stays
-  // one contiguous, 16-byte aligned run for the bulk copy.
-  static constexpr int kDqRowStride = kHeadDim + 4;
-  static constexpr uint32_t kDqRowBytes = sizeof(float) * kHeadDim;
+  // dq_accum [B * Sq][Hq][D] viewed as (Sq, D, Hq, B): a box past Sq is clipped, not added.
+  using TmaReducedQ = decltype(cute::make_tma_copy(cute::SM90_TMA_REDUCE_ADD{}, GmemTensordQ{}, SmemLayoutdQBox{},
+                                                   cute::Shape<Int_M, cute::Int<kDqBoxCols>>{}, cute::_1{}));
 
   static constexpr uint32_t kTmaBytesQ = sizeof(Element) * kBlockM * kHeadDim;
   static constexpr uint32_t kTmaBytesKV = sizeof(Element) * kBlockN * kHeadDim;
@@ -115,11 +128,14 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> dout;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, kSmemAlign> ds;
-    alignas(128) float dq[kBlockM * kDqRowStride];
+    cute::array_aligned<float, cute::cosize_v<SmemLayoutdQ>, kSmemAlign> dq;
     float lse_log2[kStages][kBlockM];  // lse * log2(e) of the stage's rows (+inf past the sequence)
     float dsum[kStages][kBlockM];      // D = rowsum(dO * O) of the stage's rows (0 past the sequence)
     uint64_t kv_full;                  // TMA of K and V landed
     uint64_t qdo_full[kStages];        // TMA of a Q and dO tile landed
+    // Warpgroups done with a Q / dO stage, counted up by one per warpgroup and step: the one
+    // that makes it even refills the stage (no warpgroup waits for the other to do so).
+    uint32_t qdo_released[kStages];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");

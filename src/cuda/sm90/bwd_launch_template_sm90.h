@@ -3,6 +3,9 @@
 // workspace sm80::bwd_workspace_size describes. Included only by the generated instantiation
 // files (src/cuda/instantiations/bwd_hdim{D}_{fp16|bf16}_sm90.cu).
 #pragma once
+#include <algorithm>
+#include <cmath>
+
 #include <cuda_runtime.h>
 
 #include "../common/cuda_check.h"
@@ -48,6 +51,14 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutKV{}, TileKV{}, _1{});
   kp.shape_q = mQ.shape();
   kp.shape_k = mK.shape();
+  // dq_accum [B * Sq][Hq][D] fp32 (bwd_plan.h), as (Sq, D, Hq, B) for the TMA reductions.
+  auto mdQ = make_tensor(make_gmem_ptr(kp.p.dq_accum),
+                         make_layout(make_shape(sq, kHeadDim, hq, batch),
+                                     make_stride(static_cast<int64_t>(hq) * kHeadDim, _1{}, static_cast<int64_t>(kHeadDim),
+                                                 static_cast<int64_t>(sq) * hq * kHeadDim)));
+  kp.tma_dq = make_tma_copy(SM90_TMA_REDUCE_ADD{}, mdQ, typename Traits::SmemLayoutdQBox{},
+                            Shape<Int<Traits::kBlockM>, Int<Traits::kDqBoxCols>>{}, _1{});
+  kp.shape_dq = mdQ.shape();
 
   sm80::launch_bwd_preprocess<Element, kHeadDim, kHeadDim>(kp.p, stream);
   check_launch("bwd_preprocess");
@@ -56,17 +67,32 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "sm90 backward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
     kp.p.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes);
-    // Longest first: under a causal-style bound (no left window) key tile n sees more query rows
-    // than n + 1, and with the key tiles of a head adjacent the grid ends on some heads' heaviest
-    // tiles. Launching every head's tile 0, then every tile 1, ... ends it on the lightest ones
-    // (list-scheduling makespan over the mean, 132 SMs, B*S = 16k, D 128: 1.068 -> 1.007 at S=1k,
-    // 1.006 -> 1.002 at 16k). The rotated dQ walk needs a head's key tiles resident together, so
-    // it keeps the head-adjacent order; the wavefront's turns go up in n, which this order keeps.
+    // Longest first, within what L2 holds. Under a causal-style bound (no left window) key tile n
+    // sees more query rows than n + 1, and with the key tiles of a head adjacent the grid ends on
+    // some heads' heaviest tiles; launching every head's tile 0, then every tile 1, ... ends it on
+    // the lightest ones (list-scheduling makespan over the mean, 132 SMs, B*S = 16k, D 128: 1.068
+    // -> 1.007 at S=1k). But every tile of a head reads the head's Q, dO and adds into its dQ
+    // accumulator: over all heads at once that is more than L2 holds (ncu, bf16 D 64 S=1k causal:
+    // 2.1 GB of DRAM traffic for 0.5 GB of data, L2 hit rate 51%). So the tile-major walk goes
+    // band by band, a band being as many heads as fill half of L2. The rotated dQ walk needs a
+    // head's key tiles resident together, so it keeps the head-adjacent order.
     const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
-    kp.key_tile_major = mask.upper_bound_only() && !kp.p.dq_rotated;
     const unsigned heads_z = static_cast<unsigned>(hk * plan.head_chunks);
-    const dim3 grid = kp.key_tile_major
-                          ? dim3(static_cast<unsigned>(batch), heads_z, static_cast<unsigned>(plan.n_blocks))
+    kp.units = batch * static_cast<int>(heads_z);
+    kp.n_blocks = plan.n_blocks;
+    kp.band_heads = 0;
+    if (mask.upper_bound_only() && !kp.p.dq_rotated) {
+      int device = 0, l2_bytes = 0;
+      FT_CUDA_CHECK(cudaGetDevice(&device), "sm90 backward: cudaGetDevice");
+      FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "sm90 backward: L2 size");
+      // Per unit: Q, dO (2 bytes each) and the fp32 dQ accumulator of its query heads, K and V.
+      const double unit_bytes = static_cast<double>(kHeadDim) *
+                                (8.0 * sq * kp.p.heads_per_chunk + 4.0 * sk);
+      const double band = std::floor(0.5 * l2_bytes / unit_bytes);
+      kp.band_heads = static_cast<int>(std::min<double>(std::max(band, 1.0), kp.units));
+    }
+    const dim3 grid = kp.band_heads > 0
+                          ? dim3(static_cast<unsigned>(kp.units) * static_cast<unsigned>(plan.n_blocks))
                           : dim3(static_cast<unsigned>(plan.n_blocks), static_cast<unsigned>(batch), heads_z);
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
     check_launch("flashtrain::cuda::sm90::bwd_kernel_sm90");

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Nsight Compute profile of flashtrain's Hopper main kernels on shapes of the benchmark grid: what
+# limits each (tensor-pipe and shared-memory throughput, DRAM, registers, occupancy, warp stall
+# reasons and the instructions they stall on). One text report per (kernel, shape) in OUTDIR,
+# and OUTDIR/ncu_summary.txt with the headline numbers of each.
+#
+# Usage: bench/ncu_kernels.sh OUTDIR [CASE ...]
+#   CASE    kernel:seq:dim:dtype:causal[:skip], e.g. bwd_kernel_sm90:8192:128:bf16:no: the kernel
+#           (a regex of its name), the shape, and how many of its launches to skip before the
+#           profiled one (default 1: the first pays for the caches). Default: the sm90 fwd and bwd
+#           at D 64/128, S 1k/8k, and the sm80 backward that D 256 runs on.
+# Environment: FLASHTRAIN_TORCH_LIBRARY (the extension to profile; default build-gpu's),
+#              NCU (the ncu binary), NCU_SOURCE=0 to skip the per-instruction (SASS) table.
+# Clocks are left to the GPU (--clock-control none), as in the benchmark.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || -z "${1:-}" ]] && { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+shift
+cases=("$@")
+[[ ${#cases[@]} -eq 0 ]] && cases=(bwd_kernel_sm90:8192:128:bf16:no fwd_kernel_sm90:8192:128:bf16:no
+  bwd_kernel_sm90:1024:64:bf16:yes bwd_kernel_sm90:8192:64:bf16:no bwd_kernel_sm90:1024:128:bf16:yes
+  bwd_main_kernel:8192:256:bf16:no:2)  # the guard's (empty) safe-pass launch follows each normal one
+ncu=${NCU:-ncu}
+export FLASHTRAIN_TORCH_LIBRARY=${FLASHTRAIN_TORCH_LIBRARY:-$PWD/build-gpu/python/flashtrain/libflashtrain_torch.so}
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+summary=$out/ncu_summary.txt
+: > "$summary"
+n=0
+for c in "${cases[@]}"; do
+  n=$((n + 1))
+  IFS=: read -r kernel seq dim dtype causal skip <<< "$c"
+  name="${kernel//[^A-Za-z0-9_]/_}_s${seq}_d${dim}_${dtype}_$([[ $causal == yes ]] && echo causal || echo full)"
+  echo "[$n/${#cases[@]}] $name" >&2
+  flags=(--seq "$seq" --dim "$dim" --dtype "$dtype" --iters 3)
+  [[ $causal == yes ]] && flags+=(--causal)
+  "$ncu" --clock-control none --kernel-name "regex:$kernel" --launch-skip "${skip:-1}" --launch-count 1 \
+    --set full --import-source no -f --export "$out/$name" \
+    python3 bench/profile_kernels.py "${flags[@]}" > "$out/$name.log" 2>&1
+  rc=$?
+  "$ncu" --import "$out/$name.ncu-rep" --page details --print-units base > "$out/$name.txt" 2>&1
+  "$ncu" --import "$out/$name.ncu-rep" --page raw --print-units base > "$out/$name.raw.txt" 2>&1
+  [[ ${NCU_SOURCE:-1} == 1 ]] && "$ncu" --import "$out/$name.ncu-rep" --page source --print-source sass --csv \
+    > "$out/$name.sass.csv" 2>&1
+  {
+    echo "== $name (ncu exit $rc)"
+    grep -E "^ +(Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Ipc Active|No Eligible|Warp Cycles Per Issued Instruction|Dynamic Shared Memory Per Block)" \
+      "$out/$name.txt" | sed 's/  */ /g'
+    # The busiest pipes, shared-memory traffic, and the warp stall reasons (cycles per issued instruction).
+    grep -E "sm__pipe_tensor.*pct_of_peak|sm__inst_executed_pipe_.*pct_of_peak_sustained_active |l1tex__data_pipe_lsu_wavefronts_mem_shared.*pct|smsp__average_warps_issue_stalled_.*_per_issue_active.ratio" \
+      "$out/$name.raw.txt" | sed 's/  */ /g' | sort -t' ' -k4 -g -r | head -40
+  } >> "$summary"
+done
+cat "$summary"
