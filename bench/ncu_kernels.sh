@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Nsight Compute profile of flashtrain's Hopper main kernels on shapes of the benchmark grid: what
 # limits each (tensor-pipe and shared-memory throughput, DRAM, registers, occupancy, warp stall
-# reasons and the instructions they stall on). One text report per (kernel, shape) in OUTDIR,
-# and OUTDIR/ncu_summary.txt with the headline numbers of each.
+# reasons and the instructions they stall on). Per (kernel, shape) in OUTDIR: the report
+# (.ncu-rep), its details and raw pages (.txt, .raw.txt) and per-instruction table (.sass.csv);
+# OUTDIR/ncu_summary.md is one table of the headline numbers (bench/ncu_summary.py).
 #
 # Usage: bench/ncu_kernels.sh OUTDIR [CASE ...]
 #   CASE    kernel:seq:dim:dtype:causal[:skip], e.g. bwd_kernel_sm90:8192:128:bf16:no: the kernel
@@ -24,8 +25,6 @@ cases=("$@")
 ncu=${NCU:-ncu}
 export FLASHTRAIN_TORCH_LIBRARY=${FLASHTRAIN_TORCH_LIBRARY:-$PWD/build-gpu/python/flashtrain/libflashtrain_torch.so}
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-summary=$out/ncu_summary.txt
-: > "$summary"
 n=0
 for c in "${cases[@]}"; do
   n=$((n + 1))
@@ -42,13 +41,6 @@ for c in "${cases[@]}"; do
   "$ncu" --import "$out/$name.ncu-rep" --page raw --print-units base > "$out/$name.raw.txt" 2>&1
   [[ ${NCU_SOURCE:-1} == 1 ]] && "$ncu" --import "$out/$name.ncu-rep" --page source --print-source sass --csv \
     > "$out/$name.sass.csv" 2>&1
-  {
-    echo "== $name (ncu exit $rc)"
-    grep -E "^ +(Duration|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Ipc Active|No Eligible|Warp Cycles Per Issued Instruction|Dynamic Shared Memory Per Block)" \
-      "$out/$name.txt" | sed 's/  */ /g'
-    # The busiest pipes, shared-memory traffic, and the warp stall reasons (cycles per issued instruction).
-    grep -E "sm__pipe_tensor.*pct_of_peak|sm__inst_executed_pipe_.*pct_of_peak_sustained_active |l1tex__data_pipe_lsu_wavefronts_mem_shared.*pct|smsp__average_warps_issue_stalled_.*_per_issue_active.ratio" \
-      "$out/$name.raw.txt" | sed 's/  */ /g' | sort -t' ' -k4 -g -r | head -40
-  } >> "$summary"
+  echo "[$n/${#cases[@]}] $name: ncu exit $rc" >&2
 done
-cat "$summary"
+python3 bench/ncu_summary.py "$out" --markdown "$out/ncu_summary.md"

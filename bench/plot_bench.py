@@ -13,6 +13,15 @@ BACKENDS = (("flashtrain", "flashtrain"), ("flash", "SDPA flash (FA2)"), ("cudnn
 PASSES = (("fwd_tflops", "forward"), ("bwd_tflops", "backward"), ("fwdbwd_tflops", "forward + backward"))
 
 
+def seq_label(seqlen):
+    """Tick label of a sequence length: 512 -> 0.5k, 2048 -> 2k, 1000 -> 1000."""
+    if seqlen % 1024 == 0:
+        return f"{seqlen // 1024}k"
+    if seqlen % 512 == 0:
+        return f"{seqlen / 1024:g}k"
+    return str(seqlen)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1],
@@ -45,7 +54,7 @@ def main():
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
             ax.set_xscale("log", base=2)
-            ax.set_xticks([r["seqlen"] for r in rows], [f"{r['seqlen'] // 1024}k" for r in rows])
+            ax.set_xticks([r["seqlen"] for r in rows], [seq_label(r["seqlen"]) for r in rows])
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
             dtype, dim, causal = key
@@ -56,8 +65,8 @@ def main():
                 ax.set_xlabel("sequence length")
     axes[0][0].legend(fontsize=8)
     meta = data.get("meta", {})
-    fig.suptitle(f"{meta.get('gpu', '')}, torch {meta.get('torch', '')}, {meta.get('date', '')}", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(f"{meta.get('gpu', '')}, torch {meta.get('torch', '')}, {meta.get('date', '')}", fontsize=10, y=0.999, va="top")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))  # room for the title above the top row
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
     return 0
