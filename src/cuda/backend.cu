@@ -122,12 +122,21 @@ std::string refusal(const Problem& p) {
   return r;
 }
 
+// FLASHTRAIN_DISABLE_SM90 (a diagnostic): set, the sm80 path runs everything; =fwd or =bwd, only
+// that pass (e.g. to tell whether an error comes from the forward's or the backward's kernels).
+static bool sm90_disabled_for(const char* pass) {
+  const char* v = std::getenv("FLASHTRAIN_DISABLE_SM90");
+  if (v == nullptr) return false;
+  const std::string value(v);
+  return (value != "fwd" && value != "bwd") || value == pass;
+}
+
 // Hopper runs the sm90 (wgmma + TMA) forward for what it supports; everything else, and any GPU
-// with FLASHTRAIN_DISABLE_SM90 set, runs the sm80 path. FLASHTRAIN_DEBUG=1 prints why sm90 was
-// refused.
+// with FLASHTRAIN_DISABLE_SM90 set (to anything but "bwd"), runs the sm80 path. FLASHTRAIN_DEBUG=1
+// prints why sm90 was refused.
 void forward(const Problem& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  static const bool sm90_disabled = std::getenv("FLASHTRAIN_DISABLE_SM90") != nullptr;
+  static const bool sm90_disabled = sm90_disabled_for("fwd");
   static const bool debug = std::getenv("FLASHTRAIN_DEBUG") != nullptr;
   if (!sm90_disabled) {
     const std::string why = p.report != nullptr
@@ -142,9 +151,10 @@ void forward(const Problem& p) {
 namespace {
 
 // Hopper runs the sm90 backward main kernel for what it supports (between the shared sm80
-// preprocess and postprocess, same workspace); everything else runs the sm80 path.
+// preprocess and postprocess, same workspace); everything else, and FLASHTRAIN_DISABLE_SM90 set
+// to anything but "fwd", runs the sm80 path.
 void run_bwd_kernels(const Problem& p, void* workspace, cudaStream_t stream) {
-  static const bool sm90_disabled = std::getenv("FLASHTRAIN_DISABLE_SM90") != nullptr;
+  static const bool sm90_disabled = sm90_disabled_for("bwd");
   static const bool debug = std::getenv("FLASHTRAIN_DEBUG") != nullptr;
   if (!sm90_disabled) {
     const std::string why = sm90::bwd_refusal(p);
