@@ -68,26 +68,27 @@ def load_builds(args):
     return ops
 
 
-def fwd_bwd(ops, q, k, v, dout, causal):
+def fwd_bwd(ops, q, k, v, dout, causal, deterministic=False):
     """One forward and one backward through the raw operators (flashtrain/ops.py's arguments)."""
     out, lse = ops.fwd(q, k, v, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None)
     return ops.bwd(dout, q, k, v, out, lse, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None,
-                   False)
+                   deterministic)
 
 
-def time_case(torch, ops, q, k, v, dout, causal, reps):
-    """Median ms of forward+backward per build, the builds alternating rep by rep (ABBA order)."""
-    tags = ("guarded", "unguarded")
+def time_case(torch, ops, q, k, v, dout, causal, reps, deterministic=False):
+    """Median ms of forward+backward per build ({tag: torch.ops namespace}), two builds
+    alternating rep by rep (ABBA order). Also used by ab_builds.py."""
+    tags = tuple(ops)
     for tag in tags:  # warm-up: first-call costs (workspace, occupancy queries) out of the timing
         for _ in range(3):
-            fwd_bwd(ops[tag], q, k, v, dout, causal)
+            fwd_bwd(ops[tag], q, k, v, dout, causal, deterministic)
     times = {tag: [] for tag in tags}
     for rep in range(reps):
         order = tags if rep % 2 == 0 else tags[::-1]
         for tag in order:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fwd_bwd(ops[tag], q, k, v, dout, causal)
+            fwd_bwd(ops[tag], q, k, v, dout, causal, deterministic)
             end.record()
             end.synchronize()
             times[tag].append(start.elapsed_time(end))
@@ -138,15 +139,20 @@ def main():
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "date": time.strftime("%Y-%m-%d"), "commit": os.environ.get("FLASHTRAIN_COMMIT", "unknown"),
             "reps": args.reps}
-    table = markdown(results, meta, args)
+    write_outputs(args, markdown(results, meta, args), meta, results)
+    return 0
+
+
+def write_outputs(args, table, meta, results):
+    """Prints the table; writes it to args.markdown and the cases to args.json when given. Also
+    used by ab_builds.py."""
+    print(table)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(table)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "cases": results}, f, indent=1)
-    print(table)
-    return 0
 
 
 def markdown(results, meta, args):

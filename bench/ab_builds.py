@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""A/B of two builds of flashtrain's torch extension in one process: forward+backward time of
+build B over build A on bench_attention.py's shapes (B * S = 16k tokens, H * D = 2048).
+
+Build A registers its operators under torch.ops.flashtrain; build B must be configured with
+-DFLASHTRAIN_TORCH_OP_NAMESPACE=flashtrain_b (or --b-namespace) so both load side by side. Each
+case times the raw operators rep by rep in alternation (A B B A ...), each rep between its own
+CUDA events, and compares medians (guard_cost.py's method): separate processes drift by a few
+percent, as much as most changes under test. scripts/gpu_ab.sh builds both trees and runs this.
+
+Usage:
+  python3 bench/ab_builds.py --a build-ab-a/python/flashtrain/libflashtrain_torch.so \\
+      --b build-ab-b/python/flashtrain/libflashtrain_torch.so [--labels main,branch] \\
+      [--seqlens 1024,8192] [--dims 64,128] [--dtypes bf16] [--deterministic] [--reps 20] [--markdown FILE]
+"""
+import argparse
+import os
+import sys
+import time
+
+from guard_cost import HIDDEN, TOKENS, time_case, write_outputs
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--a", required=True, help="libflashtrain_torch.so of build A (namespace flashtrain)")
+    ap.add_argument("--b", required=True, help="libflashtrain_torch.so of build B")
+    ap.add_argument("--b-namespace", default="flashtrain_b", help="torch.ops namespace of build B's operators")
+    ap.add_argument("--labels", default="A,B", help="names of the two builds in the table")
+    ap.add_argument("--seqlens", default="1024,8192")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--dtypes", default="bf16")
+    ap.add_argument("--deterministic", action="store_true", help="also time deterministic=True")
+    ap.add_argument("--reps", type=int, default=20, help="timed forward+backward passes per build and case")
+    ap.add_argument("--markdown", help="write the table to this markdown file")
+    ap.add_argument("--json", help="write the timings to this JSON file")
+    return ap.parse_args()
+
+
+def main():
+    args = parse_args()
+    import torch
+    if not torch.cuda.is_available():
+        print("ab_builds: no CUDA device", file=sys.stderr)
+        return 2
+    label_a, label_b = args.labels.split(",")
+    for lib in (args.a, args.b):
+        if not os.path.isfile(lib):
+            print(f"ab_builds: no such library: {lib}", file=sys.stderr)
+            return 2
+        torch.ops.load_library(os.path.abspath(lib))
+    ops = {label_a: torch.ops.flashtrain, label_b: getattr(torch.ops, args.b_namespace)}
+    try:
+        ops[label_b].fwd
+    except (AttributeError, RuntimeError):
+        print(f"ab_builds: build B registers no fwd in torch.ops.{args.b_namespace}; configure it with "
+              f"-DFLASHTRAIN_TORCH_OP_NAMESPACE={args.b_namespace}", file=sys.stderr)
+        return 2
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    modes = [False, True] if args.deterministic else [False]
+    grid = [(dt, int(d), int(s), c, det) for dt in args.dtypes.split(",") for d in args.dims.split(",")
+            for s in args.seqlens.split(",") for c in (False, True) for det in modes]
+    results, t0 = [], time.time()
+    for idx, (dt, d, s, causal, det) in enumerate(grid):
+        b, h = max(1, TOKENS // s), HIDDEN // d
+        gen = torch.Generator(device="cuda").manual_seed(idx)
+        q, k, v, dout = (torch.randn((b, s, h, d), device="cuda", dtype=dtypes[dt], generator=gen) for _ in range(4))
+        ms = time_case(torch, ops, q, k, v, dout, causal, args.reps, deterministic=det)
+        # Forward 4 B S^2 H D flops (2 GEMMs), backward 2.5x that; causal half.
+        flops = 3.5 * 4 * b * s * s * h * d * (0.5 if causal else 1.0)
+        results.append({"dtype": dt, "dim": d, "seqlen": s, "causal": causal, "deterministic": det,
+                        "a_ms": ms[label_a], "b_ms": ms[label_b],
+                        "a_tflops": flops / ms[label_a] / 1e9, "b_tflops": flops / ms[label_b] / 1e9})
+        print(f"[{idx + 1}/{len(grid)}] {dt} D={d} S={s} causal={causal} det={det}: {label_b}/{label_a} speed "
+              f"{ms[label_a] / ms[label_b]:.3f} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+    meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+            "a": label_a, "b": label_b, "reps": args.reps}
+    lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, {meta['date']}. Forward+backward of {label_b} over "
+             f"{label_a}, both builds in one process, medians of {args.reps} passes each, alternating pass by pass.",
+             "", f"| dtype | D | S | causal | deterministic | ms {label_a} / {label_b} | TFLOP/s {label_a} / {label_b} "
+             f"| speed {label_b} / {label_a} |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['dtype']} | {r['dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
+                     f"{'yes' if r['deterministic'] else 'no'} | {r['a_ms']:.3f} / {r['b_ms']:.3f} | "
+                     f"{r['a_tflops']:.0f} / {r['b_tflops']:.0f} | {r['a_ms'] / r['b_ms']:.3f} |")
+    write_outputs(args, "\n".join(lines) + "\n", meta, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# A/B of a second source tree against this one on a GPU machine, in one device call: builds both
+# (sm_90a, FLASHTRAIN_HDIMS of the change under test) side by side, runs tree B's CUDA tests and
+# compute-sanitizer racecheck on the filters given, then times both in one process
+# (bench/ab_builds.py). Logs and tables go to OUTDIR; the summary is printed last.
+#
+# Usage: scripts/gpu_ab.sh OUTDIR TREE_B [--label-b NAME] [--hdims '64;128'] [--tests FILTER]
+#                          [--race FILTER] [--bench 'ab_builds.py options']
+#   TREE_B    a checkout of the other version inside this repo, so that it travels, e.g.
+#             `git worktree add .ab/wgs wip/some-branch` here and carry [".ab"] in the device call
+#             (/.ab/ is git-ignored)
+#   --tests   gtest filter run on tree B's build (default: CudaBackward, Deterministic, Accuracy and
+#             MaskedRows on cuda)
+#   --race    gtest filter run under racecheck (default '*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16';
+#             '' skips it)
+#   --bench   options for bench/ab_builds.py (default '--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic')
+# Environment: BUILD_JOBS (default: all cores), GTest as in gpu_check.sh (.gtest/ when carried).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+tree_b=$(cd "$2" && pwd) || { echo "gpu_ab: no tree $2" >&2; exit 2; }
+shift 2
+label_b=$(basename "$tree_b")
+hdims="64;128"
+tests='*CudaBackward*:*Deterministic*cuda*:*Accuracy*cuda*:*MaskedRows*cuda*'
+race='*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16'
+bench='--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic'
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --label-b) label_b=$2; shift ;;
+    --hdims) hdims=$2; shift ;;
+    --tests) tests=$2; shift ;;
+    --race) race=$2; shift ;;
+    --bench) bench=$2; shift ;;
+    *) echo "gpu_ab: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+jobs=${BUILD_JOBS:-$(nproc)}
+python=${PYTHON:-python3}
+torch_dir=$($python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch || exit 2
+gtest_flags=()
+[[ -d .gtest/lib/x86_64-linux-gnu/cmake/GTest ]] && gtest_flags=("-DGTest_DIR=$PWD/.gtest/lib/x86_64-linux-gnu/cmake/GTest")
+summary=()
+note() { summary+=("$1"); echo "gpu_ab: $1"; }
+
+# Both builds take this tree's CUTLASS headers (tree B carries none of its own).
+configure() {  # SRC BUILD NAMESPACE TESTS
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTRAIN_CUDA=ON -DFLASHTRAIN_CUDA_ARCHS=90a \
+    "-DFLASHTRAIN_HDIMS=$hdims" "-DFLASHTRAIN_TESTS=$4" -DFLASHTRAIN_TORCH=ON "-DTorch_DIR=$torch_dir" \
+    "-DFLASHTRAIN_TORCH_OP_NAMESPACE=$3" "-DFLASHTRAIN_CUTLASS_DIR=$PWD/.cutlass/include" -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ \
+    "${gtest_flags[@]}"
+}
+t0=$SECONDS
+{ configure . build-ab-a flashtrain OFF && cmake --build build-ab-a -j $((jobs / 2)) --target flashtrain_torch; } \
+  > "$out/build_a.log" 2>&1 &
+pid_a=$!
+{ configure "$tree_b" "build-ab-$label_b" flashtrain_b ON && cmake --build "build-ab-$label_b" -j $((jobs - jobs / 2)); } \
+  > "$out/build_b.log" 2>&1
+rc_b=$?
+wait $pid_a
+rc_a=$?
+note "build A (this tree): exit $rc_a; build B ($label_b): exit $rc_b; $((SECONDS - t0)) s"
+grep -h "spill" "$out/build_a.log" "$out/build_b.log" | sed 's/^/  /' | sort -u | head -20
+if [[ $rc_b == 0 && -n "$tests" ]]; then
+  "build-ab-$label_b"/flashtrain_tests --gtest_filter="$tests" > "$out/tests_b.log" 2>&1
+  note "tests on B ($tests): exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' "$out/tests_b.log" | tr '\n' ' '))"
+fi
+if [[ $rc_b == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool racecheck --error-exitcode 1 "build-ab-$label_b"/flashtrain_tests --gtest_filter="$race" \
+    > "$out/racecheck_b.log" 2>&1
+  note "racecheck on B ($race): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_b.log"))"
+fi
+if [[ $rc_a == 0 && $rc_b == 0 ]]; then
+  # shellcheck disable=SC2086
+  PYTHONPATH="$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" $python bench/ab_builds.py \
+    --a build-ab-a/python/flashtrain/libflashtrain_torch.so --b "build-ab-$label_b"/python/flashtrain/libflashtrain_torch.so \
+    --labels "this,$label_b" $bench --markdown "$out/ab.md" --json "$out/ab.json" > "$out/ab.log" 2>&1
+  note "ab_builds: exit $? ($((SECONDS - t0)) s in all)"
+  cat "$out/ab.md" 2>/dev/null
+fi
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
