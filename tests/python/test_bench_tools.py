@@ -1,0 +1,66 @@
+"""The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
+and table, and bench/plot_bench.py's sequence-length labels."""
+import importlib.util
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "bench", name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# A few lines in the shape `ncu --page raw --print-units base` prints them.
+RAW = """  bwd_kernel_sm90<BwdTraits<128, bfloat16_t>>(BwdKernelParams<T1>) (132, 1, 1)x(256, 1, 1)
+    Section: Command line profiler metrics
+    gpu__time_duration.sum                                   ns       7,094,656
+    launch__registers_per_thread                 register/thread            254
+    sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed  %   39.57
+    dram__bytes_read.sum                                   byte     459,052,288
+    dram__bytes_write.sum                                  byte     284,461,312
+    lts__t_sector_hit_rate.pct                                %           97.37
+    smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio        1.99
+    smsp__average_warps_issue_stalled_selected_per_issue_active.ratio       1.00
+    smsp__average_warps_issue_stalled_wait_per_issue_active.ratio           1.71
+    smsp__average_warps_issue_stalled_gmma_per_issue_active.ratio           0.78
+    smsp__average_warp_latency_per_inst_issued.ratio         cycle           7.50
+"""
+
+
+def test_ncu_summary_reads_raw_page(tmp_path):
+    ncu_summary = load("ncu_summary")
+    (tmp_path / "bwd_s8192_d128.raw.txt").write_text(RAW)
+    m = ncu_summary.read_raw(str(tmp_path / "bwd_s8192_d128.raw.txt"))
+    assert m["gpu__time_duration.sum"] == 7094656.0
+    assert m["launch__registers_per_thread"] == 254.0
+    row = ncu_summary.row("bwd_s8192_d128", m)
+    assert row[:4] == ["bwd_s8192_d128", "7095", "254", "39.6"]
+    assert row[4] == "-"  # shared-memory pipe metric absent
+    assert row[5] == "0.46 / 0.28"
+    assert row[8] == "7.50"
+    # Largest stalls first, "selected" (issuing) left out.
+    assert row[9] == "barrier 1.99, wait 1.71, gmma 0.78"
+
+
+def test_ncu_summary_writes_table(tmp_path, capsys):
+    ncu_summary = load("ncu_summary")
+    (tmp_path / "a.raw.txt").write_text(RAW)
+    out = tmp_path / "summary.md"
+    argv, sys.argv = sys.argv, ["ncu_summary.py", str(tmp_path), "--markdown", str(out)]
+    try:
+        assert ncu_summary.main() == 0
+    finally:
+        sys.argv = argv
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("| kernel, shape | us | regs |")
+    assert lines[2].startswith("| a | 7095 | 254 |")
+    assert capsys.readouterr().out.splitlines()[2] == lines[2]
+
+
+def test_plot_labels():
+    plot_bench = load("plot_bench")
+    assert [plot_bench.seq_label(s) for s in (512, 1024, 16384, 1536, 1000)] == ["0.5k", "1k", "16k", "1.5k", "1000"]
