@@ -88,10 +88,6 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif
 }
-// Barrier `id` (1..15; 0 is __syncthreads) over the first `threads` threads to arrive.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
@@ -345,7 +341,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     for (int i = 0; i < size(acc_dq); ++i) tdQsdQ(i) = acc_dq(i) * p.scale;
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
     if (!p.deterministic) {
-      named_barrier_sync(1 + wg, Traits::kThreadsPerWarpGroup);  // this warpgroup's columns staged
+      // This warpgroup's columns staged (barrier wg: its threads alone).
+      cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(wg));
       if (wg_tid == 0) reduce_dq(hq, m_block);
     } else {
       int* sema = sm80::dq_semaphore(p, b, hq, m_block);
