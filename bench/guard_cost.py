@@ -37,6 +37,9 @@ def parse_args():
     ap.add_argument("--guarded", required=True, help="libflashtrain_torch.so of the normal build")
     ap.add_argument("--unguarded", required=True, help="libflashtrain_torch.so built with -DFLASHTRAIN_GUARD=OFF "
                     "-DFLASHTRAIN_TORCH_OP_NAMESPACE=flashtrain_noguard")
+    ap.add_argument("--guarded-namespace", default="flashtrain",
+                    help="torch.ops namespace of the guarded build's operators (flashtrain_b for a "
+                    "scripts/gpu_ab.sh tree-B build)")
     ap.add_argument("--unguarded-namespace", default="flashtrain_noguard",
                     help="torch.ops namespace of the unguarded build's operators")
     ap.add_argument("--seqlens", default="1024,4096,16384")
@@ -57,14 +60,15 @@ def load_builds(args):
             raise FileNotFoundError(f"no such library: {lib}")
     torch.ops.load_library(os.path.abspath(args.guarded))
     torch.ops.load_library(os.path.abspath(args.unguarded))
-    ops = {"guarded": torch.ops.flashtrain, "unguarded": getattr(torch.ops, args.unguarded_namespace)}
+    ops = {"guarded": getattr(torch.ops, args.guarded_namespace),
+           "unguarded": getattr(torch.ops, args.unguarded_namespace)}
     for tag, ns in ops.items():
         try:
             ns.fwd
         except (AttributeError, RuntimeError) as e:
-            raise RuntimeError(f"the {tag} build registers no fwd operator in its namespace ({e}); was the "
-                               f"unguarded one built with -DFLASHTRAIN_TORCH_OP_NAMESPACE="
-                               f"{args.unguarded_namespace}?") from None
+            raise RuntimeError(f"the {tag} build registers no fwd operator in its namespace ({e}); were the "
+                               f"builds configured with -DFLASHTRAIN_TORCH_OP_NAMESPACE="
+                               f"{args.guarded_namespace} / {args.unguarded_namespace}?") from None
     return ops
 
 

@@ -5,7 +5,7 @@
 # (bench/ab_builds.py). Logs and tables go to OUTDIR; the summary is printed last.
 #
 # Usage: scripts/gpu_ab.sh OUTDIR TREE_B [--label-b NAME] [--hdims '64;128'] [--tests FILTER]
-#                          [--race FILTER] [--bench 'ab_builds.py options']
+#                          [--race FILTER] [--bench 'ab_builds.py options'] [--tests-on a|b]
 #   TREE_B    a checkout of the other version inside this repo, so that it travels, e.g.
 #             `git worktree add .ab/wgs wip/some-branch` here and carry [".ab"] in the device call
 #             (/.ab/ is git-ignored)
@@ -14,10 +14,13 @@
 #   --race    gtest filter run under racecheck (default '*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16';
 #             '' skips it)
 #   --bench   options for bench/ab_builds.py (default '--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic')
+#   --tests-on which build gets the C++ tests and racecheck (default b, the change under test; a when
+#             this tree is the change and TREE_B the baseline, so that build A, whose operators are
+#             torch.ops.flashtrain, can also serve flashtrain's Python package afterwards)
 # Environment: BUILD_JOBS (default: all cores), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 tree_b=$(cd "$2" && pwd) || { echo "gpu_ab: no tree $2" >&2; exit 2; }
 shift 2
@@ -26,6 +29,7 @@ hdims="64;128"
 tests='*CudaBackward*:*Deterministic*cuda*:*Accuracy*cuda*:*MaskedRows*cuda*'
 race='*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16'
 bench='--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic'
+tests_on=b
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --label-b) label_b=$2; shift ;;
@@ -33,6 +37,7 @@ while [[ $# -gt 0 ]]; do
     --tests) tests=$2; shift ;;
     --race) race=$2; shift ;;
     --bench) bench=$2; shift ;;
+    --tests-on) tests_on=$2; shift ;;
     *) echo "gpu_ab: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -52,25 +57,31 @@ configure() {  # SRC BUILD NAMESPACE TESTS
     "-DFLASHTRAIN_TORCH_OP_NAMESPACE=$3" "-DFLASHTRAIN_CUTLASS_DIR=$PWD/.cutlass/include" -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ \
     "${gtest_flags[@]}"
 }
+[[ $tests_on == a || $tests_on == b ]] || { echo "gpu_ab: --tests-on takes a or b" >&2; exit 2; }
+tests_a=OFF; tests_b=ON; target_a=(--target flashtrain_torch); target_b=()
+[[ $tests_on == a ]] && { tests_a=ON; tests_b=OFF; target_a=(); target_b=(--target flashtrain_torch); }
 t0=$SECONDS
-{ configure . build-ab-a flashtrain OFF && cmake --build build-ab-a -j $((jobs / 2)) --target flashtrain_torch; } \
+{ configure . build-ab-a flashtrain $tests_a && cmake --build build-ab-a -j $((jobs / 2)) "${target_a[@]}"; } \
   > "$out/build_a.log" 2>&1 &
 pid_a=$!
-{ configure "$tree_b" "build-ab-$label_b" flashtrain_b ON && cmake --build "build-ab-$label_b" -j $((jobs - jobs / 2)); } \
+{ configure "$tree_b" "build-ab-$label_b" flashtrain_b $tests_b && cmake --build "build-ab-$label_b" -j $((jobs - jobs / 2)) "${target_b[@]}"; } \
   > "$out/build_b.log" 2>&1
 rc_b=$?
 wait $pid_a
 rc_a=$?
 note "build A (this tree): exit $rc_a; build B ($label_b): exit $rc_b; $((SECONDS - t0)) s"
 grep -h "spill" "$out/build_a.log" "$out/build_b.log" | sed 's/^/  /' | sort -u | head -20
-if [[ $rc_b == 0 && -n "$tests" ]]; then
-  "build-ab-$label_b"/flashtrain_tests --gtest_filter="$tests" > "$out/tests_b.log" 2>&1
-  note "tests on B ($tests): exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' "$out/tests_b.log" | tr '\n' ' '))"
+tested=build-ab-$label_b; rc_t=$rc_b
+[[ $tests_on == a ]] && { tested=build-ab-a; rc_t=$rc_a; }
+T=${tests_on^^}
+if [[ $rc_t == 0 && -n "$tests" ]]; then
+  "$tested"/flashtrain_tests --gtest_filter="$tests" > "$out/tests_$tests_on.log" 2>&1
+  note "tests on $T ($tests): exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' "$out/tests_$tests_on.log" | tr '\n' ' '))"
 fi
-if [[ $rc_b == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool racecheck --error-exitcode 1 "build-ab-$label_b"/flashtrain_tests --gtest_filter="$race" \
-    > "$out/racecheck_b.log" 2>&1
-  note "racecheck on B ($race): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_b.log"))"
+if [[ $rc_t == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; then
+  compute-sanitizer --tool racecheck --error-exitcode 1 "$tested"/flashtrain_tests --gtest_filter="$race" \
+    > "$out/racecheck_$tests_on.log" 2>&1
+  note "racecheck on $T ($race): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_$tests_on.log"))"
 fi
 if [[ $rc_a == 0 && $rc_b == 0 ]]; then
   # shellcheck disable=SC2086

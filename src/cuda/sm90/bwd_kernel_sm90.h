@@ -12,8 +12,11 @@
 //   -- block barrier: both warpgroups' dS written --
 //   dQ   = dS K (columns split over the warpgroups), staged in shared memory times scale; each
 //          warpgroup adds its columns into dq_accum by TMA reduction (in the fixed turns of
-//          tile_range.h's deterministic schedule when deterministic; the walk over Q tiles starts
-//          on the diagonal under its rotated form)
+//          tile_range.h's deterministic schedule when kDeterministic, a turn passing on at the
+//          next step's dS barrier once both warpgroups' additions are complete; the walk over Q
+//          tiles starts on the diagonal under its rotated form)
+// kDeterministic is a template parameter so that the default kernel carries none of the turn
+// bookkeeping (with it as a runtime flag the default backward ran 3-4% slower).
 // The dS barrier is the only one between the warpgroups in a step, so one may run up to a step
 // ahead of the other. Q / dO come by TMA two steps ahead: the warpgroup that is second to finish
 // with a stage refills it. dK (times scale) and dV are written once at the end.
@@ -31,6 +34,7 @@
 #include "../sm80/bwd_params.h"
 #include "../sm80/bwd_row_stats.h"
 #include "bwd_kernel_traits_sm90.h"
+#include "bwd_smem_stores_sm90.h"
 #include "device_code_sm90.h"
 #include "wgmma_utils_sm90.h"
 
@@ -88,8 +92,21 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif
 }
+// Deterministic dQ turns (tile_range.h's order over the key tiles of a Q tile), taken by one
+// thread: waits until the tile's semaphore reaches `order`; passes it on (after the caller made
+// its additions complete and visible) by counting it up.
+__device__ __forceinline__ void wait_turn(int* sema, int order) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
+  while (turn.load(::cuda::memory_order_acquire) != order) {
+  }
+}
+__device__ __forceinline__ void pass_turn(int* sema) {
+  __threadfence();
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
+  turn.fetch_add(1, ::cuda::memory_order_release);
+}
 
-template <class Traits>
+template <class Traits, bool kDeterministic>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ BwdKernelParams<Traits> kp) {
 #ifdef FLASHTRAIN_SM90_DEVICE_CODE
@@ -131,7 +148,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdO{});
   Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdOt{});
   Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdS{});
-  Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdSt{});
 
   const int wg = tid / Traits::kThreadsPerWarpGroup;
   const int wg_tid = tid % Traits::kThreadsPerWarpGroup;
@@ -216,16 +232,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
   Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, MMA_M, MMA_K, dS buffers)
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
-  Tensor tdSsdS = thr_sdp.partition_C(sdSt);  // where this thread's dS^T values go, per dS buffer
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   clear(acc_dk);
   clear(acc_dv);
 
-  // Where this thread's dQ values go in the (swizzled) staging tile.
-  Tensor sdQ = make_tensor(make_smem_ptr(s.dq.data()), typename Traits::SmemLayoutdQ{});
-  Tensor tdQsdQ = thr_dq.partition_C(sdQ);
+  // Shared-memory addresses of the dS buffers and the dQ staging tile (bwd_smem_stores_sm90.h).
+  const uint32_t ds_smem = cute::cast_smem_ptr_to_uint(s.ds.data());
+  const uint32_t dq_smem = cute::cast_smem_ptr_to_uint(s.dq.data());
   // This warpgroup's TMA reductions of a step: its boxes of 32 columns, issued by one thread.
   auto reduce_dq = [&](int hq, int m_block) {
     Tensor mdQ = kp.tma_dq.get_tma_tensor(kp.shape_dq)(_, _, hq, b);
@@ -247,6 +262,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kRows = decltype(size<0>(coords))::value;  // keys of this thread
   constexpr int kCols = decltype(size<1>(coords))::value;  // queries of this thread
 
+  // Deterministic: the semaphore (index into p.dq_sema) of the dQ turn this block holds and has
+  // not passed on yet, -1 when none.
+  int pending_turn = -1;
   CUTLASS_PRAGMA_NO_UNROLL
   for (int step = 0; step < num_steps; ++step) {
     const int stage = step % kStages;
@@ -314,17 +332,31 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);
-    {
-      // The same registers in the accumulator's layout, for the shared-memory copy of dS^T. The
-      // buffer was last read by the dQ GEMMs two steps back, retired before the last dS barrier.
-      Tensor tdSrdS = make_tensor(tOrdS.data(), tdPrdP.layout());
-      copy(tdSrdS, tdSsdS(_, _, _, ds_stage));
-    }
+    // dS^T into this step's dS buffer, last read by the dQ GEMMs two steps back (retired before
+    // the last dS barrier).
+    store_ds_transposed<Traits>(ds_smem, tOrdS, ds_stage, tid);
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
     cutlass::arch::fence_view_async_shared();     // dS stores visible to the wgmma (async proxy)
-    if (wg_tid == 0) cute::tma_store_wait<0>();   // this warpgroup's last dQ boxes have left shared memory
-    cute::cp_async_wait<0>();                     // the next step's row statistics (issued at the top)
-    __syncthreads();                              // the dS barrier: both warpgroups' keys of dS written
+    if (wg_tid == 0) {
+      // This warpgroup's last dQ boxes have left shared memory; deterministic: have been added.
+      if constexpr (kDeterministic) {
+        bulk_wait_complete();
+        __threadfence();  // ordered before the turn's release by thread 0 below
+      } else {
+        cute::tma_store_wait<0>();
+      }
+    }
+    cute::cp_async_wait<0>();  // the next step's row statistics (issued at the top)
+    __syncthreads();           // the dS barrier: both warpgroups' keys of dS written
+    if constexpr (kDeterministic) {
+      // Both warpgroups' additions of the last step are in global memory, so its dQ turn passes
+      // on here, a step late but off the critical path (the next block in the turn order wants
+      // it only at its own dQ reduction of a step later).
+      if (pending_turn >= 0) {
+        if (tid == 0) pass_turn(p.dq_sema + pending_turn);
+        pending_turn = -1;
+      }
+    }
 
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     wgmma_gemm<true, 0>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);  // also retires dV and dK
@@ -337,26 +369,29 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const uint32_t before = released.fetch_add(1u, ::cuda::memory_order_acq_rel);
       if ((before & 1u) != 0 && step + kStages < num_steps) load_qdo(step + kStages, stage);
     }
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(acc_dq); ++i) tdQsdQ(i) = acc_dq(i) * p.scale;
+    store_dq_staging<Traits>(dq_smem, acc_dq, p.scale, tid);
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
-    if (!p.deterministic) {
-      // This warpgroup's columns staged (barrier wg: its threads alone).
-      cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(wg));
-      if (wg_tid == 0) reduce_dq(hq, m_block);
-    } else {
-      int* sema = sm80::dq_semaphore(p, b, hq, m_block);
-      // wait_dq_turn's block barrier also orders every thread's dQ stores before the reductions.
-      sm80::wait_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
-      if (wg_tid == 0) {
-        reduce_dq(hq, m_block);
-        bulk_wait_complete();  // the additions are in global memory
-      }
-      sm80::pass_dq_turn(sema);
+    // This warpgroup's columns staged (barrier wg: its threads alone).
+    cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(wg));
+    if constexpr (kDeterministic) {
+      // Each warpgroup's issuing thread waits for the tile's turn itself (no block barrier); the
+      // turn passes on at the next dS barrier, or after the loop, once both have completed.
+      pending_turn = static_cast<int>(sm80::dq_semaphore(p, b, hq, m_block) - p.dq_sema);
+      if (wg_tid == 0)
+        wait_turn(p.dq_sema + pending_turn,
+                  dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
     }
+    if (wg_tid == 0) reduce_dq(hq, m_block);
   }
 
-  if (wg_tid == 0) bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory
+  if (wg_tid == 0) {
+    bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory
+    if (kDeterministic && pending_turn >= 0) __threadfence();
+  }
+  if (kDeterministic && pending_turn >= 0) {
+    __syncthreads();  // both warpgroups' last additions are in global memory
+    if (tid == 0) pass_turn(p.dq_sema + pending_turn);
+  }
 
   // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
   sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);

@@ -85,7 +85,8 @@ struct BwdTraits {
   // register pairs are adjacent queries) and read as the MN-major A operand of dQ = dS K.
   using SmemAtomdS = cute::GMMA::Layout_MN_SW128_Atom<Element>;  // 64 x 8 elements, queries contiguous
   using SmemLayoutdS = decltype(cute::tile_to_shape(SmemAtomdS{}, cute::Shape<Int_M, Int_N, cute::Int<kStagesdS>>{}));
-  // dS^T (keys x queries x buffer) over the same bytes, partitioned like the S^T accumulator.
+  // dS^T (keys x queries x buffer) over the same bytes: what bwd_smem_stores_sm90.h's dS offsets
+  // must agree with (tests/cpp/sm90_smem_layout_test.cu).
   using SmemLayoutdSt = decltype(cute::composition(
       SmemLayoutdS{}, cute::make_layout(cute::Shape<Int_N, Int_M, cute::Int<kStagesdS>>{},
                                         cute::Stride<Int_M, cute::_1, cute::Int<kBlockM * kBlockN>>{})));

@@ -63,7 +63,7 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
   sm80::launch_bwd_preprocess<Element, kHeadDim, kHeadDim>(kp.p, stream);
   check_launch("bwd_preprocess");
   if (plan.n_blocks > 0 && batch > 0) {
-    auto kernel = bwd_kernel_sm90<Traits>;
+    auto kernel = kp.p.deterministic ? bwd_kernel_sm90<Traits, true> : bwd_kernel_sm90<Traits, false>;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "sm90 backward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
     kp.p.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes);

@@ -1,0 +1,86 @@
+// The sm90 backward's register -> shared-memory stores of a step: this thread's dS^T values into
+// a dS buffer, and its scaled dQ values into the TMA-reduction staging tile.
+//
+// Both tiles are 128-byte swizzled (bwd_kernel_traits_sm90.h). Written through CuTe's swizzled
+// smem tensors, every element became a generic 64-bit-addressed store (ST.E) after its own
+// swizzle arithmetic; ncu (bf16 D 128 S 8k) put 7% of the kernel's stall samples on the dS stores
+// and 16% on the dQ staging, much of it lg_throttle behind the generic stores. Here the
+// thread-dependent part of each address is computed once, each store differs from it by an XOR
+// of the 16-byte chunk bits and a constant, and the stores are st.shared with 32-bit addresses:
+// 32-bit stores of bf16 pairs for dS, 64-bit stores of fp32 pairs for dQ.
+//
+// The offsets are functions of (thread, pair index) only, __host__ __device__, so that a CPU test
+// (tests/cpp/sm90_smem_layout_test.cu) checks them against CuTe's layouts for every thread.
+//
+// Accumulator order (wgmma C fragment): value i = e + 2 h + 4 c + 4 (N/8) r holds row
+// 16 warp + lane/4 + 8 h + 64 r and column 8 c + 2 (lane % 4) + e of the warpgroup's tile, so
+// pair j = i / 2 is (h, c, r) = (j % 2, (j / 2) % (N/8), j / N/4).
+#pragma once
+#include <cstdint>
+
+#include <cutlass/cutlass.h>
+
+namespace flashtrain::cuda::sm90 {
+
+// dS^T, keys x queries, into SmemLayoutdS (queries contiguous; atoms of 64 queries x 8 keys, 1 KB,
+// queries' atoms first): byte offset from the dS buffers' base of pair j = (h, q8) of thread tid
+// (key 64 w + 16 warp + lane/4 + 8 h, queries 8 q8 + 2 (lane % 4) + {0, 1}).
+template <class Traits>
+CUTLASS_HOST_DEVICE uint32_t ds_thread_base(int tid) {
+  constexpr int kAtomsM = Traits::kBlockM / 64;
+  const int w = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, r8 = lane / 4;
+  return static_cast<uint32_t>((8 * w + 2 * warp) * kAtomsM * 1024 + r8 * 128 + 4 * (lane % 4) + r8 * 16);
+}
+template <class Traits>
+CUTLASS_HOST_DEVICE uint32_t ds_pair_offset(uint32_t thread_base, int j, int stage) {
+  constexpr int kAtomsM = Traits::kBlockM / 64;
+  constexpr int kBufferBytes = Traits::kBlockM * Traits::kBlockN * 2;
+  const int h = j % 2, q8 = j / 2;
+  return (thread_base ^ static_cast<uint32_t>((q8 % 8) * 16)) +
+         static_cast<uint32_t>((h * kAtomsM + q8 / 8) * 1024 + stage * kBufferBytes);
+}
+
+// dQ, queries x D fp32, into SmemLayoutdQ (boxes of 32 columns, each of atoms of 8 rows x 32
+// floats, 1 KB): byte offset from the staging tile's base of pair j = (h, c8, r) of thread tid
+// (row 64 r + 16 warp + lane/4 + 8 h, columns D/2 w + 8 c8 + 2 (lane % 4) + {0, 1}).
+template <class Traits>
+CUTLASS_HOST_DEVICE uint32_t dq_thread_base(int tid) {
+  constexpr int kBoxBytes = Traits::kBlockM * 128;
+  const int w = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, r8 = lane / 4, chunk = (lane % 4) / 2;
+  return static_cast<uint32_t>(Traits::kHeadDim / 64 * w * kBoxBytes + 2 * warp * 1024 + r8 * 128 +
+                               (lane % 2) * 8 + (chunk ^ r8) * 16);
+}
+template <class Traits>
+CUTLASS_HOST_DEVICE uint32_t dq_pair_offset(uint32_t thread_base, int j) {
+  constexpr int kBoxBytes = Traits::kBlockM * 128;
+  constexpr int kColBlocks = Traits::kHeadDim / 16;  // 8-column blocks per warpgroup
+  const int h = j % 2, c8 = (j / 2) % kColBlocks, r = j / (2 * kColBlocks);
+  return (thread_base ^ static_cast<uint32_t>((c8 % 4) * 32)) +
+         static_cast<uint32_t>((c8 / 4) * kBoxBytes + (8 * r + h) * 1024);
+}
+
+#ifdef __CUDACC__
+// This thread's dS^T (16-bit values in accumulator order) into dS buffer `stage`.
+template <class Traits, class Fragment>
+__device__ __forceinline__ void store_ds_transposed(uint32_t ds_smem, Fragment const& ds, int stage, int tid) {
+  const uint32_t base = ds_smem + ds_thread_base<Traits>(tid);
+  const uint32_t* pairs = reinterpret_cast<const uint32_t*>(ds.data());
+  constexpr int kPairs = decltype(cute::size(ds))::value / 2;
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kPairs; ++j)
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_pair_offset<Traits>(base, j, stage)), "r"(pairs[j]) : "memory");
+}
+
+// This thread's dQ accumulator (fp32, accumulator order) times `scale` into the staging tile.
+template <class Traits, class Fragment>
+__device__ __forceinline__ void store_dq_staging(uint32_t dq_smem, Fragment const& acc, float scale, int tid) {
+  const uint32_t base = dq_smem + dq_thread_base<Traits>(tid);
+  constexpr int kPairs = decltype(cute::size(acc))::value / 2;
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kPairs; ++j)
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_pair_offset<Traits>(base, j)),
+                 "f"(acc(2 * j) * scale), "f"(acc(2 * j + 1) * scale) : "memory");
+}
+#endif
+
+}  // namespace flashtrain::cuda::sm90

@@ -1,0 +1,75 @@
+// The sm90 backward's hand-computed shared-memory store addresses (src/cuda/sm90/
+// bwd_smem_stores_sm90.h) against CuTe's layouts of the same tiles, for every thread of the block
+// and every value it stores, at both head dims the kernel has. Host-only: it runs without a GPU.
+#include <cstdint>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cuda/sm90/bwd_kernel_traits_sm90.h"
+#include "cuda/sm90/bwd_smem_stores_sm90.h"
+
+namespace {
+
+using namespace cute;
+using flashtrain::cuda::sm90::BwdTraits;
+
+// Byte offsets come from pointer differences over a 1024-byte-aligned host buffer: CuTe's swizzle
+// acts on address bits, as it does on the device's shared-memory addresses.
+struct AlignedBuffer {
+  std::vector<char> bytes = std::vector<char>(1 << 20);
+  char* base() { return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(bytes.data()) + 1023) & ~uintptr_t{1023}); }
+};
+
+template <int kHeadDim>
+void check_ds_offsets() {
+  using Traits = BwdTraits<kHeadDim, cutlass::bfloat16_t>;
+  AlignedBuffer buffer;
+  char* base = buffer.base();
+  Tensor sdSt = make_tensor(make_smem_ptr(reinterpret_cast<cutlass::bfloat16_t*>(base)), typename Traits::SmemLayoutdSt{});
+  typename Traits::TiledMmaSdP mma;
+  int mismatches = 0;
+  for (int tid = 0; tid < Traits::kNumThreads; ++tid) {
+    Tensor t = mma.get_thread_slice(tid).partition_C(sdSt);
+    const uint32_t thread_base = flashtrain::cuda::sm90::ds_thread_base<Traits>(tid);
+    for (int stage = 0; stage < Traits::kStagesdS; ++stage) {
+      for (int i = 0; i < size(t(_, _, _, stage)); ++i) {
+        const long cute_offset = reinterpret_cast<char*>(&t(_, _, _, stage)(i)) - base;
+        const long ours = flashtrain::cuda::sm90::ds_pair_offset<Traits>(thread_base, i / 2, stage) + 2 * (i % 2);
+        if (cute_offset != ours && ++mismatches <= 5)
+          ADD_FAILURE() << "dS^T, D " << kHeadDim << ": thread " << tid << " value " << i << " stage " << stage
+                        << ": CuTe offset " << cute_offset << ", ours " << ours;
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+template <int kHeadDim>
+void check_dq_offsets() {
+  using Traits = BwdTraits<kHeadDim, cutlass::bfloat16_t>;
+  AlignedBuffer buffer;
+  char* base = buffer.base();
+  Tensor sdQ = make_tensor(make_smem_ptr(reinterpret_cast<float*>(base)), typename Traits::SmemLayoutdQ{});
+  typename Traits::TiledMmadQ mma;
+  int mismatches = 0;
+  for (int tid = 0; tid < Traits::kNumThreads; ++tid) {
+    Tensor t = mma.get_thread_slice(tid).partition_C(sdQ);
+    const uint32_t thread_base = flashtrain::cuda::sm90::dq_thread_base<Traits>(tid);
+    for (int i = 0; i < size(t); ++i) {
+      const long cute_offset = reinterpret_cast<char*>(&t(i)) - base;
+      const long ours = flashtrain::cuda::sm90::dq_pair_offset<Traits>(thread_base, i / 2) + 4 * (i % 2);
+      if (cute_offset != ours && ++mismatches <= 5)
+        ADD_FAILURE() << "dQ staging, D " << kHeadDim << ": thread " << tid << " value " << i << ": CuTe offset "
+                      << cute_offset << ", ours " << ours;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD64) { check_ds_offsets<64>(); }
+TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD128) { check_ds_offsets<128>(); }
+TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD64) { check_dq_offsets<64>(); }
+TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD128) { check_dq_offsets<128>(); }
+
+}  // namespace
