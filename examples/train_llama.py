@@ -28,12 +28,25 @@ Examples:
     python examples/train_llama.py --attn flashtrain --seq 8192 --steps 20
     python examples/train_llama.py --attn sdpa --dtype fp16 --checkpoint full --seq 4096
     python examples/train_llama.py --attn flashtrain --seq 2048,4096,8192 --json out.json
+    python examples/train_llama.py --compare sdpa,flashtrain --seq 4096,8192 --steps 14 --json out.json
     python examples/train_llama.py --tiny --device cpu --steps 2 --attn sdpa   # smoke test
 
 With --seq given a list, the sequence lengths run one after another in this process (a fresh model
 and optimizer each); after an out-of-memory result the longer ones are reported as "oom-skipped".
 Out of memory is a result ("status": "oom"), not a crash; the exit status is 0 unless a run failed
 with another error (1).
+
+--compare A,B[,...] measures speed as same-process ratios: for each S one model and optimizer, and
+--steps rounds in which every listed attention runs one optimizer step (the live model's attention
+switched in between; the same kind of batch, the stream goes on), in the listed order in even
+rounds and reversed in odd ones (ABBA), so drifts of clock, temperature or allocator state fall on
+both alike. The first --warmup-steps rounds are not measured. Per attention: per-step times and
+peak memory (reset before each step: weights and optimizer state are shared, so it is that
+attention's step peak), tokens/s as tokens per step / the median measured step time, non-finite
+steps. "paired" gives each attention after the first its tokens/s ratio to the first's: the median
+over measured rounds (both steps finite) of that round's ratio, with min, max and the round count.
+An attention that runs out of memory is recorded as "oom" and left out from then on (longer S:
+"oom-skipped"); the others go on. "sdpa_backend" is the backend torch's SDPA picks for these shapes.
 
 flashtrain: the extension must be loadable (`pip install .`, or FLASHTRAIN_TORCH_LIBRARY=<built
 libflashtrain_torch.so> with PYTHONPATH=python); this script adds the checkout's python/ to the path.
@@ -45,6 +58,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -55,6 +69,7 @@ TINY = dict(hidden=256, heads=4, intermediate=512, vocab=512, layers=2, seq="128
 # A run is not started when less than this remains before --deadline (model build + a few steps).
 DEADLINE_MARGIN_S = 8.0
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ATTNS = ["eager", "sdpa", "flashtrain"]
 
 
 def _seq_list(text):
@@ -66,6 +81,14 @@ def _seq_list(text):
     if not seqs or min(seqs) < 2:
         raise argparse.ArgumentTypeError("--seq needs lengths >= 2")
     return seqs
+
+
+def _attn_list(text):
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if len(names) < 2 or len(set(names)) < len(names) or not set(names) <= set(ATTNS):
+        raise argparse.ArgumentTypeError("--compare takes two or more different attentions of %s, "
+                                         "comma-separated" % ",".join(ATTNS))
+    return names
 
 
 def parse_args(argv=None):
@@ -85,7 +108,11 @@ def parse_args(argv=None):
                         "intermediate 512, vocab 512, 2 layers, seq 128, 512 tokens/step "
                         "(explicit flags still override)")
     t = p.add_argument_group("training")
-    t.add_argument("--attn", choices=["eager", "sdpa", "flashtrain"], default="flashtrain")
+    t.add_argument("--attn", choices=ATTNS, default="flashtrain")
+    t.add_argument("--compare", type=_attn_list, default=None, metavar="ATTN,ATTN[,...]",
+                   help="paired speed measurement instead of --attn: one model and optimizer per S, "
+                        "--steps rounds of one optimizer step per listed attention (ABBA order), "
+                        "ratios to the first one's tokens/s (see the module docstring)")
     t.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16",
                    help="autocast dtype (fp32 master weights); fp16 adds a GradScaler; fp32 = no autocast")
     t.add_argument("--pure-bf16", action="store_true",
@@ -96,9 +123,11 @@ def parse_args(argv=None):
                    help="tokens per optimizer step, reached by gradient accumulation (default 16384)")
     t.add_argument("--micro-batch", type=int, default=None,
                    help="sequences per forward/backward (default: tokens-per-step // seq, at least 1)")
-    t.add_argument("--steps", type=int, default=10, help="optimizer steps")
+    t.add_argument("--steps", type=int, default=10,
+                   help="optimizer steps (with --compare: rounds, one step per attention each)")
     t.add_argument("--warmup-steps", type=int, default=None,
-                   help="first steps left out of the tokens/s and MFU summary (default min(2, steps-1))")
+                   help="first steps (--compare: rounds) left out of the tokens/s and MFU summary "
+                        "(default min(2, steps-1))")
     t.add_argument("--checkpoint", choices=["none", "full", "flashtrain-policy"], default="none",
                    help="activation checkpointing of every decoder layer: full recompute, or "
                         "flashtrain.checkpoint.policy() (save attention outputs, recompute the rest; "
@@ -116,7 +145,8 @@ def parse_args(argv=None):
     o.add_argument("--jsonl", metavar="PATH",
                    help="append one JSON line per sequence length as soon as it finishes")
     o.add_argument("--log-every", type=int, default=1, help="print a log line every N steps (0: none)")
-    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (--compare has none: it logs every round)")
     o.add_argument("--max-seconds", type=float, default=None,
                    help="stop a run's training loop after this long (result marked stopped_early)")
     o.add_argument("--deadline", type=float, default=None,
@@ -138,9 +168,11 @@ def parse_args(argv=None):
         args.kv_heads = args.heads
     if args.hidden % args.heads or args.heads % args.kv_heads:
         p.error("--hidden must be a multiple of --heads, and --heads of --kv-heads")
+    if args.compare:
+        args.attn = ",".join(args.compare)  # what the result records and log lines call the run
     if args.checkpoint == "flashtrain-policy" and args.attn != "flashtrain":
-        p.error("--checkpoint flashtrain-policy saves flashtrain attention outputs; with --attn %s "
-                "it would be full checkpointing (use --checkpoint full)" % args.attn)
+        p.error("--checkpoint flashtrain-policy saves flashtrain attention outputs; with %s "
+                "attention it would be full checkpointing (use --checkpoint full)" % args.attn)
     if args.pure_bf16 and args.dtype != "bf16":
         p.error("--pure-bf16 needs --dtype bf16")
     if args.steps < 1:
@@ -408,115 +440,154 @@ def _gib(nbytes):
 # Training
 
 
-def train_one(args, seq, impl, device, torch, log):
-    """One run at sequence length `seq`; returns its result dict (status ok/oom/error/...)."""
+def _new_result(args, seq):
     micro = args.micro_batch or max(1, args.tokens_per_step // seq)
     accum = max(1, -(-args.tokens_per_step // (micro * seq)))
-    tokens_per_step = micro * seq * accum
-    fpt = flops_per_token(args, seq)
-    result = {
+    return {
         "attn": args.attn, "dtype": args.dtype + ("-pure" if args.pure_bf16 else ""),
         "checkpoint": args.checkpoint, "seq": seq, "layers": args.layers, "hidden": args.hidden,
         "heads": args.heads, "kv_heads": args.kv_heads, "intermediate": args.intermediate,
         "vocab": args.vocab, "micro_batch": micro, "grad_accum": accum,
-        "tokens_per_step": tokens_per_step, "flops_per_token": fpt,
-        "peak_tflops": args.peak_tflops, "status": "running", "steps": [],
-        "nonfinite_steps": 0, "nonfinite_loss_steps": 0, "nonfinite_grad_steps": 0,
+        "tokens_per_step": micro * seq * accum, "flops_per_token": flops_per_token(args, seq),
+        "peak_tflops": args.peak_tflops, "status": "running",
     }
+
+
+def _step_counters():
+    return {"steps": [], "nonfinite_steps": 0, "nonfinite_loss_steps": 0, "nonfinite_grad_steps": 0}
+
+
+def _prepare(args, impl, seq, device, torch, result):
+    """Builds the model, optimizer and GradScaler of the run `result` describes (see _new_result).
+    Returns them with run_step(res, step): one optimizer step at lr_at(step), timed, appended to
+    res["steps"] and counted in res's non-finite counters; it returns the step's record."""
+    model = build_model(args, impl, seq, device, torch)
+    result["parameters"] = sum(p.numel() for p in model.parameters())
+    result["matmul_parameters"] = matmul_params(args)
+    optimizer, result["optimizer"] = make_optimizer(model, args, device, torch)
+    scaler = make_scaler(args, device, torch)
+    params = [p for p in model.parameters() if p.requires_grad]
+    stream = TokenStream(args.vocab, args.data_seed)
+    amp_dtype = None if args.pure_bf16 or args.dtype == "fp32" else _run_dtype(args, torch)
+    autocast = (lambda: torch.autocast(device, dtype=amp_dtype)) if amp_dtype is not None \
+        else contextlib.nullcontext
+    micro, accum, tokens = result["micro_batch"], result["grad_accum"], result["tokens_per_step"]
+    cuda = device == "cuda"
+
+    def run_step(res, step):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, args)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=device, dtype=torch.float32)
+        for _ in range(accum):
+            ids = stream.take(micro, seq).to(device, non_blocking=True)
+            with autocast():
+                out = model(input_ids=ids, labels=ids, use_cache=False)
+            loss = out.loss.float() / accum
+            del out
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            loss_sum += loss.detach()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, args.clip)
+        finite_grad = bool(torch.isfinite(grad_norm))
+        if scaler is not None:
+            scale = scaler.get_scale()
+            scaler.step(optimizer)  # skips the update itself when a gradient is inf/nan
+            scaler.update()
+        elif finite_grad:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_value = float(loss_sum)
+        if cuda:
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        finite_loss = math.isfinite(loss_value)
+        res["nonfinite_loss_steps"] += not finite_loss
+        res["nonfinite_grad_steps"] += not finite_grad
+        res["nonfinite_steps"] += not (finite_loss and finite_grad)
+        tps = tokens / dt
+        rec = {"step": step, "loss": loss_value if finite_loss else str(loss_value),
+               "grad_norm": float(grad_norm) if finite_grad else str(float(grad_norm)),
+               "lr": lr_at(step, args), "time_s": round(dt, 4), "tokens_per_s": round(tps, 1),
+               "mfu": round(result["flops_per_token"] * tps / (args.peak_tflops * 1e12), 4)}
+        if scaler is not None:
+            rec["loss_scale"] = scale
+        if cuda:
+            rec["peak_mem_gib"] = _gib(torch.cuda.max_memory_allocated())
+        res["steps"].append(rec)
+        return rec
+
+    return model, optimizer, scaler, run_step
+
+
+def _run_dtype(args, torch):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+
+
+def _banner(args, seq, result):
+    autocast = args.dtype in ("bf16", "fp16") and not args.pure_bf16
+    return ("train_llama: %s attention, %s%s, checkpoint %s, S=%d, %d layers, %.2fB parameters, "
+            "%d x %d tokens x %d accumulation = %d tokens/step, %.2f GFLOP/token"
+            % (args.attn, args.dtype, " (pure)" if args.pure_bf16 else " autocast" if autocast
+               else "", args.checkpoint, seq, args.layers, result["parameters"] / 1e9,
+               result["micro_batch"], seq, result["grad_accum"], result["tokens_per_step"],
+               result["flops_per_token"] / 1e9))
+
+
+def _out_of_time(args, loop_start):
+    return ((args.max_seconds is not None and time.time() - loop_start > args.max_seconds)
+            or (args.deadline is not None and time.time() > args.deadline))
+
+
+def _record_failure(result, exc, torch):
+    if _is_oom(exc, torch):
+        result["status"] = "oom"
+        result["error"] = str(exc).split("\n")[0][:400]
+    else:
+        import traceback
+        result["status"] = "error"
+        result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:2000])
+        result["traceback"] = traceback.format_exc()[-4000:]
+
+
+def train_one(args, seq, impl, device, torch, log):
+    """One run at sequence length `seq`; returns its result dict (status ok/oom/error/...)."""
+    result = _new_result(args, seq)
+    result.update(_step_counters())
     cuda = device == "cuda"
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    model = optimizer = scaler = None
+    model = optimizer = scaler = run_step = None
     t_start = time.time()
     bar = None
     try:
-        model = build_model(args, impl, seq, device, torch)
-        result["parameters"] = sum(p.numel() for p in model.parameters())
-        result["matmul_parameters"] = matmul_params(args)
-        optimizer, result["optimizer"] = make_optimizer(model, args, device, torch)
-        scaler = make_scaler(args, device, torch)
-        params = [p for p in model.parameters() if p.requires_grad]
-        stream = TokenStream(args.vocab, args.data_seed)
-        use_autocast = args.dtype in ("bf16", "fp16") and not args.pure_bf16
-        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.dtype)
-        autocast = (lambda: torch.autocast(device, dtype=amp_dtype)) if use_autocast \
-            else contextlib.nullcontext
+        model, optimizer, scaler, run_step = _prepare(args, impl, seq, device, torch, result)
         bar = progress_bar(args.steps, "%s %s S=%d" % (args.attn, args.dtype, seq), args.no_progress)
         say = bar.write if bar is not None and hasattr(bar, "write") else log
-        say("train_llama: %s attention, %s%s, checkpoint %s, S=%d, %d layers, %.2fB parameters, "
-            "%d x %d tokens x %d accumulation = %d tokens/step, %.2f GFLOP/token"
-            % (args.attn, args.dtype, " (pure)" if args.pure_bf16 else " autocast" if use_autocast
-               else "", args.checkpoint, seq, args.layers, result["parameters"] / 1e9, micro, seq,
-               accum, tokens_per_step, fpt / 1e9))
+        say(_banner(args, seq, result))
         loop_start = time.time()
         for step in range(args.steps):
-            if step > 0 and ((args.max_seconds is not None and time.time() - loop_start > args.max_seconds)
-                             or (args.deadline is not None and time.time() > args.deadline)):
+            if step > 0 and _out_of_time(args, loop_start):
                 result["stopped_early"] = True
                 say("train_llama: stopping after %d steps (time limit)" % step)
                 break
-            for group in optimizer.param_groups:
-                group["lr"] = lr_at(step, args)
-            if cuda:
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            loss_sum = torch.zeros((), device=device, dtype=torch.float32)
-            for _ in range(accum):
-                ids = stream.take(micro, seq).to(device, non_blocking=True)
-                with autocast():
-                    out = model(input_ids=ids, labels=ids, use_cache=False)
-                loss = out.loss.float() / accum
-                del out
-                (scaler.scale(loss) if scaler is not None else loss).backward()
-                loss_sum += loss.detach()
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, args.clip)
-            finite_grad = bool(torch.isfinite(grad_norm))
-            if scaler is not None:
-                scale = scaler.get_scale()
-                scaler.step(optimizer)  # skips the update itself when a gradient is inf/nan
-                scaler.update()
-            elif finite_grad:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss_value = float(loss_sum)
-            if cuda:
-                torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
-            finite_loss = math.isfinite(loss_value)
-            result["nonfinite_loss_steps"] += not finite_loss
-            result["nonfinite_grad_steps"] += not finite_grad
-            result["nonfinite_steps"] += not (finite_loss and finite_grad)
-            tps = tokens_per_step / dt
-            rec = {"step": step, "loss": loss_value if finite_loss else str(loss_value),
-                   "grad_norm": float(grad_norm) if finite_grad else str(float(grad_norm)),
-                   "lr": lr_at(step, args), "time_s": round(dt, 4), "tokens_per_s": round(tps, 1),
-                   "mfu": round(fpt * tps / (args.peak_tflops * 1e12), 4)}
-            if scaler is not None:
-                rec["loss_scale"] = scale
-            if cuda:
-                rec["peak_mem_gib"] = _gib(torch.cuda.max_memory_allocated())
-            result["steps"].append(rec)
+            rec = run_step(result, step)
             line = "step %d/%d loss %.4f gnorm %.3g %.0f tok/s MFU %.1f%%%s nonfinite %d" % (
-                step + 1, args.steps, loss_value, float(grad_norm), tps, 100 * rec["mfu"],
-                " mem %.1f GiB" % rec["peak_mem_gib"] if cuda else "", result["nonfinite_steps"])
+                step + 1, args.steps, float(rec["loss"]), float(rec["grad_norm"]), rec["tokens_per_s"],
+                100 * rec["mfu"], " mem %.1f GiB" % rec["peak_mem_gib"] if cuda else "",
+                result["nonfinite_steps"])
             if bar is not None:
-                bar.set_postfix_str("loss %.3f %.0f tok/s" % (loss_value, tps))
+                bar.set_postfix_str("loss %.3f %.0f tok/s" % (float(rec["loss"]), rec["tokens_per_s"]))
                 bar.update(1)
             if args.log_every and ((step + 1) % args.log_every == 0 or step + 1 == args.steps):
                 say(line)
         result["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - every failure becomes a result
-        if _is_oom(exc, torch):
-            result["status"] = "oom"
-            result["error"] = str(exc).split("\n")[0][:400]
-        else:
-            import traceback
-            result["status"] = "error"
-            result["error"] = "%s: %s" % (type(exc).__name__, str(exc)[:2000])
-            result["traceback"] = traceback.format_exc()[-4000:]
+        _record_failure(result, exc, torch)
     finally:
         if bar is not None:
             bar.close()
@@ -524,12 +595,173 @@ def train_one(args, seq, impl, device, torch, log):
     if cuda:
         result["peak_mem_gib"] = _gib(torch.cuda.max_memory_allocated())
         result["peak_reserved_gib"] = _gib(torch.cuda.max_memory_reserved())
-    del model, optimizer, scaler
+    del model, optimizer, scaler, run_step
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     _summarise(result, args)
     return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Paired comparison (--compare)
+
+
+def set_attention(model, impl):
+    """Switches a built model's attention implementation; transformers >= 4.48 looks it up in
+    config._attn_implementation at every forward. 5.x's set_attn_implementation validates the name;
+    without it, every module's config is set."""
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(impl)
+    else:
+        for module in model.modules():
+            if getattr(module, "config", None) is not None:
+                module.config._attn_implementation = impl
+    if model.config._attn_implementation != impl:
+        raise RuntimeError("the model's attention stayed %s instead of %s"
+                           % (model.config._attn_implementation, impl))
+
+
+def sdpa_backend(args, micro, seq, device, torch):
+    """The backend torch's SDPA picks for this model's attention (causal q, k, v of [micro, heads,
+    S, head dim] in the run dtype) by the private torch._fused_sdp_choice; None where it fails."""
+    try:
+        from torch.nn.attention import SDPBackend
+        q = torch.empty(micro, args.heads, seq, args.hidden // args.heads, device=device,
+                        dtype=_run_dtype(args, torch))
+        choice = torch._fused_sdp_choice(q, q, q, is_causal=True)
+        return next((n for n, b in SDPBackend.__members__.items() if int(b) == choice), str(choice))
+    except Exception:  # noqa: BLE001 - private API
+        return None
+
+
+def train_compare(args, seq, impls, oom_at, device, torch, log):
+    """--compare at sequence length `seq`: one model and optimizer; in round r every attention of
+    `impls` ({name: transformers name}, in --compare order; reversed when r is odd) runs one
+    optimizer step. An attention in `oom_at` ({name: S}) is "oom-skipped"; one that runs out of
+    memory here is added to it and the others go on. Returns the result dict with per-attention
+    "impls" and the "paired" speed ratios."""
+    result = _new_result(args, seq)
+    names = list(impls)
+    result["compare"] = names
+    result["sdpa_backend"] = sdpa_backend(args, result["micro_batch"], seq, device, torch)
+    runs = result["impls"] = {
+        a: {"status": "oom-skipped", "error": "out of memory at S=%d" % oom_at[a], "steps": []}
+        if a in oom_at else dict(status="running", **_step_counters()) for a in names}
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+    model = optimizer = scaler = run_step = None
+    t_start = time.time()
+    try:
+        model, optimizer, scaler, run_step = _prepare(args, impls[names[0]], seq, device, torch, result)
+        log(_banner(args, seq, result) + "; rounds of one step each, ABBA order")
+        loop_start = time.time()
+        for rnd in range(args.steps):
+            if rnd > 0 and _out_of_time(args, loop_start):
+                result["stopped_early"] = True
+                log("train_llama: stopping after %d rounds (time limit)" % rnd)
+                break
+            order = [a for a in (names if rnd % 2 == 0 else names[::-1]) if runs[a]["status"] == "running"]
+            if not order:
+                break
+            for a in order:
+                try:
+                    set_attention(model, impls[a])
+                    if cuda:
+                        torch.cuda.reset_peak_memory_stats()
+                    run_step(runs[a], rnd)
+                except Exception as exc:  # noqa: BLE001 - recorded for this attention only
+                    _record_failure(runs[a], exc, torch)
+                if runs[a]["status"] != "running":  # free what the failed step left behind
+                    optimizer.zero_grad(set_to_none=True)
+                    gc.collect()
+                    if cuda:
+                        torch.cuda.empty_cache()
+            log(_round_line(args, rnd, names, runs, cuda))
+    except Exception as exc:  # noqa: BLE001 - the model or optimizer could not be built
+        _record_failure(result, exc, torch)
+    result["wall_s"] = round(time.time() - t_start, 2)
+    del model, optimizer, scaler, run_step
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    for a in names:
+        run = runs[a]
+        if run["status"] == "running":
+            run["status"] = "ok" if result["status"] == "running" else result["status"]
+            if result.get("error"):
+                run["error"] = result["error"]
+        if run["status"] == "oom":
+            oom_at[a] = seq
+        _summarise_compared(run, result, args)
+    statuses = {run["status"] for run in runs.values()}
+    if result["status"] == "running":
+        result["status"] = "oom" if statuses <= {"oom", "oom-skipped"} else \
+            "error" if "error" in statuses else "ok"
+    result["paired"] = {b: _paired(runs[names[0]], runs[b], names[0], args) for b in names[1:]}
+    log(_paired_line(result))
+    return result
+
+
+def _this_round(run, rnd):
+    return run["steps"][-1] if run["steps"] and run["steps"][-1]["step"] == rnd else None
+
+
+def _round_line(args, rnd, names, runs, cuda):
+    cells = []
+    for a in names:
+        rec = _this_round(runs[a], rnd)
+        cells.append("%s %s" % (a, runs[a]["status"] if rec is None else "%.0f tok/s%s loss %.4f" % (
+            rec["tokens_per_s"], " %.1f GiB" % rec["peak_mem_gib"] if cuda else "", float(rec["loss"]))))
+    ref = _this_round(runs[names[0]], rnd)
+    ratios = ["%s/%s %.3f" % (b, names[0], rec["tokens_per_s"] / ref["tokens_per_s"])
+              for b, rec in ((b, _this_round(runs[b], rnd)) for b in names[1:]) if rec and ref]
+    return "round %d/%d%s: %s%s" % (rnd + 1, args.steps, " (warm-up)" if rnd < args.warmup_steps else "",
+                                    ", ".join(cells), "; " + ", ".join(ratios) if ratios else "")
+
+
+def _summarise_compared(run, result, args):
+    """Per attention: medians over the measured (post-warm-up) steps, the largest per-step peak."""
+    measured = [s for s in run["steps"] if s["step"] >= args.warmup_steps]
+    run["measured_steps"] = len(measured)
+    if measured:
+        t = statistics.median(s["time_s"] for s in measured)
+        run["step_time_s"] = round(t, 4)
+        run["tokens_per_s"] = round(result["tokens_per_step"] / t, 1)
+        run["mfu"] = round(result["flops_per_token"] * run["tokens_per_s"] / (args.peak_tflops * 1e12), 4)
+    mem = [s["peak_mem_gib"] for s in run["steps"] if "peak_mem_gib" in s]
+    if mem:
+        run["peak_mem_gib"] = max(mem)
+    finite = [s["loss"] for s in run["steps"] if isinstance(s["loss"], float)]
+    run["final_loss"] = finite[-1] if finite else None
+
+
+def _paired(ref, other, ref_name, args):
+    """other's tokens/s over ref's: per measured round where both steps ran and were finite, then
+    the median, min and max over those rounds."""
+    def speeds(run):
+        return {s["step"]: s["tokens_per_s"] for s in run["steps"] if s["step"] >= args.warmup_steps
+                and isinstance(s["loss"], float) and isinstance(s["grad_norm"], float)}
+    a, b = speeds(ref), speeds(other)
+    ratios = [round(b[r] / a[r], 4) for r in sorted(a) if r in b]
+    out = {"vs": ref_name, "rounds": len(ratios), "per_round": ratios}
+    if ratios:
+        out.update(ratio=round(statistics.median(ratios), 4), ratio_min=min(ratios), ratio_max=max(ratios))
+    return out
+
+
+def _paired_line(result):
+    runs = result["impls"]
+    parts = ["%s/%s %.3fx [%.3f, %.3f] over %d rounds" % (b, p["vs"], p["ratio"], p["ratio_min"],
+                                                          p["ratio_max"], p["rounds"])
+             if p["rounds"] else "%s/%s: no paired rounds" % (b, p["vs"])
+             for b, p in result["paired"].items()]
+    speeds = ["%s %s%s" % (a, "%.0f tok/s" % r["tokens_per_s"] if "tokens_per_s" in r else r["status"],
+                           " %.1f GiB" % r["peak_mem_gib"] if r.get("peak_mem_gib") else "")
+              for a, r in runs.items()]
+    return "train_llama: PAIRED S=%d %s: %s; %s; sdpa backend %s" % (
+        result["seq"], result["dtype"], "; ".join(parts), ", ".join(speeds), result["sdpa_backend"])
 
 
 def _summarise(result, args):
@@ -565,6 +797,7 @@ def main(argv=None):
     env = environment(torch, device)
     results = []
     out_of_memory_at = None
+    compare_oom_at = {}  # --compare: attention -> the S it ran out of memory at
 
     def emit(res):
         res["environment"] = env
@@ -577,7 +810,14 @@ def main(argv=None):
             "nonfinite_steps", "final_loss", "error")}))
 
     try:
-        impl = setup_attention(args.attn)
+        if args.compare:
+            import transformers
+            if not hasattr(transformers, "AttentionInterface"):
+                raise RuntimeError("--compare needs transformers >= 4.48 (older ones fix the "
+                                   "attention class when the model is built)")
+            impl = {a: setup_attention(a) for a in args.compare}
+        else:
+            impl = setup_attention(args.attn)
     except Exception as exc:  # noqa: BLE001
         for seq in args.seq:
             emit(_skipped(args, seq, "error", "attention %s unavailable: %s: %s"
@@ -591,7 +831,10 @@ def main(argv=None):
             if args.deadline is not None and time.time() > args.deadline - DEADLINE_MARGIN_S:
                 emit(_skipped(args, seq, "skipped-budget", "too close to --deadline to start"))
                 continue
-            res = train_one(args, seq, impl, device, torch, log)
+            if args.compare:
+                res = train_compare(args, seq, impl, compare_oom_at, device, torch, log)
+            else:
+                res = train_one(args, seq, impl, device, torch, log)
             if res["status"] == "oom":
                 out_of_memory_at = seq
             emit(res)

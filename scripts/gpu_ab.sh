@@ -60,11 +60,13 @@ configure() {  # SRC BUILD NAMESPACE TESTS
 [[ $tests_on == a || $tests_on == b ]] || { echo "gpu_ab: --tests-on takes a or b" >&2; exit 2; }
 tests_a=OFF; tests_b=ON; target_a=(--target flashtrain_torch); target_b=()
 [[ $tests_on == a ]] && { tests_a=ON; tests_b=OFF; target_a=(); target_b=(--target flashtrain_torch); }
+# The build with the tests (the library, CLI and tests besides the extension) gets 5/8 of the jobs.
+jobs_a=$((jobs * 3 / 8)); [[ $tests_on == a ]] && jobs_a=$((jobs * 5 / 8))
 t0=$SECONDS
-{ configure . build-ab-a flashtrain $tests_a && cmake --build build-ab-a -j $((jobs / 2)) "${target_a[@]}"; } \
+{ configure . build-ab-a flashtrain $tests_a && cmake --build build-ab-a -j "$jobs_a" "${target_a[@]}"; } \
   > "$out/build_a.log" 2>&1 &
 pid_a=$!
-{ configure "$tree_b" "build-ab-$label_b" flashtrain_b $tests_b && cmake --build "build-ab-$label_b" -j $((jobs - jobs / 2)) "${target_b[@]}"; } \
+{ configure "$tree_b" "build-ab-$label_b" flashtrain_b $tests_b && cmake --build "build-ab-$label_b" -j $((jobs - jobs_a)) "${target_b[@]}"; } \
   > "$out/build_b.log" 2>&1
 rc_b=$?
 wait $pid_a

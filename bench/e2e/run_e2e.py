@@ -3,9 +3,10 @@
 
 Runs examples/train_llama.py in subprocesses (so an out-of-memory result or a crash stays in its
 own process) and writes, into --out-dir (default bench/e2e/):
-  sweep.json, loss_curve.json        every result, with per-step records and the environment
+  sweep.json, paired.json, loss_curve.json   every result, with per-step records and the environment
   RESULTS.md                         markdown tables (regenerated from whichever JSON exists)
-  tokens_per_s.png, peak_memory.png, loss_curves.png   (when matplotlib imports; else a message)
+  tokens_per_s.png, peak_memory.png, paired_ratio.png, loss_curves.png
+                                     (when matplotlib imports; else a message)
   logs/*.log                         each subprocess's output
 
 Modes:
@@ -17,15 +18,25 @@ Modes:
       attention; then sdpa and flashtrain with flashtrain-policy, full, and the same in fp16; eager's
       other groups last; see --dry-run) until --budget-seconds is spent; what is
       left is reported as "skipped-budget".
+  --mode paired  the speed ratio measured the way the project quotes it, within one process:
+      train_llama.py --compare with --paired-attn (default sdpa,flashtrain; ratios to the first)
+      for S in --seqs, one process per dtype of --paired-dtypes (default bf16; no checkpointing;
+      the sweep's --layers and --tokens-per-step): per S one model and optimizer, --paired-rounds
+      measured rounds after --paired-warmup (each attention one optimizer step per round, ABBA
+      order). Reports the median over rounds of the per-round tokens/s ratio with its min and max.
   --mode loss-curve (or --loss-curve)  --lc-steps step runs (default 300) of --lc-attn in each of
       --lc-dtypes at a small S (default S=1024, 2 layers, 8192 tokens/step): identical
       initialisation and data, so the curves differ only by the attention kernels' numerics.
       Records loss curves and non-finite steps and plots them together.
-  --mode all  the sweep, then the loss curves with --lc-budget-seconds of the budget.
+  --mode all  in this priority order: the sweep, then the paired runs, then the loss curves; the
+      last two keep --paired-budget-seconds and --lc-budget-seconds of the budget, and what a
+      stage leaves unused goes to the next.
   --report-only  rewrite RESULTS.md and the plots from the JSON already in --out-dir.
 
-On one H200 the defaults fit in 8 minutes: `--mode all` (budget 480 s: sweep 310 s, loss curves
-170 s; a group running at the deadline gets up to 20 s more to finish its step).
+On one H200 the defaults fit in 8 minutes: `--mode all` (budget 480 s: sweep 210 s, paired 100 s,
+loss curves 170 s; a process running at the deadline gets up to 20 s more to finish its step).
+In the last H200 run a step took 0.23-0.35 s (4 layers, 16384 tokens), so the paired runs' 5 S x
+14 rounds x 2 steps take about 40 s after about 20 s of start-up and model builds.
 The whole run prints progress as it goes. A CPU smoke test: --tiny --device cpu.
 """
 import argparse
@@ -76,47 +87,65 @@ def _csv(kind, allowed=None):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["sweep", "loss-curve", "all"], default="sweep")
+    p.add_argument("--mode", choices=["sweep", "paired", "loss-curve", "all"], default="sweep",
+                   help="what to run (see above)")
     p.add_argument("--loss-curve", action="store_true", help="same as --mode loss-curve")
     p.add_argument("--report-only", action="store_true",
                    help="only rewrite RESULTS.md and plots from the JSON in --out-dir")
     p.add_argument("--out-dir", default=HERE, help="where JSON, RESULTS.md, plots and logs go")
     p.add_argument("--budget-seconds", type=float, default=None,
                    help="wall-clock budget for the whole invocation (default: 420 sweep, "
-                        "180 loss-curve, 480 all)")
+                        "150 paired, 180 loss-curve, 480 all)")
     p.add_argument("--python", default=sys.executable, help="interpreter for train_llama.py")
     p.add_argument("--device", default=None, help="passed to train_llama.py (default: its own)")
     p.add_argument("--tiny", action="store_true",
-                   help="CPU-sized smoke run: train_llama --tiny, S in 64,128, 2 steps")
+                   help="CPU-sized smoke run: train_llama --tiny, S in 64,128, 2 steps "
+                        "(paired: 2 rounds, 1 warm-up)")
     p.add_argument("--train-args", default="",
                    help="extra train_llama.py arguments for every run, e.g. \"--kv-heads 8\"")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     s = p.add_argument_group("sweep")
     s.add_argument("--seqs", type=_csv(int), default=[2048, 4096, 8192, 16384, 32768],
-                   help="sequence lengths (2k style accepted)")
-    s.add_argument("--attn", type=_csv(str, ATTN_ORDER), default=["sdpa", "flashtrain", "eager"])
-    s.add_argument("--dtypes", type=_csv(str, ["bf16", "fp16"]), default=["bf16", "fp16"])
+                   help="sequence lengths (2k style accepted; the paired runs' too)")
+    s.add_argument("--attn", type=_csv(str, ATTN_ORDER), default=["sdpa", "flashtrain", "eager"],
+                   help="attentions")
+    s.add_argument("--dtypes", type=_csv(str, ["bf16", "fp16"]), default=["bf16", "fp16"], help="dtypes")
     s.add_argument("--checkpoint", type=_csv(str, CKPT_ORDER), default=CKPT_ORDER,
                    help="flashtrain-policy runs with --attn flashtrain only")
-    s.add_argument("--layers", type=int, default=4)
-    s.add_argument("--tokens-per-step", type=int, default=16384)
+    s.add_argument("--layers", type=int, default=4, help="decoder layers (the paired runs' too)")
+    s.add_argument("--tokens-per-step", type=int, default=16384,
+                   help="tokens per optimizer step (the paired runs' too)")
     s.add_argument("--steps", type=int, default=5, help="steps per configuration")
     s.add_argument("--warmup-steps", type=int, default=2,
                    help="first steps left out of tokens/s and MFU")
+    q = p.add_argument_group("paired (S from --seqs)")
+    q.add_argument("--paired-attn", type=_csv(str, ATTN_ORDER), default=["sdpa", "flashtrain"],
+                   help="attentions compared in one process; ratios are to the first")
+    q.add_argument("--paired-dtypes", type=_csv(str, ["bf16", "fp16"]), default=["bf16"],
+                   help="one train_llama.py --compare process each")
+    q.add_argument("--paired-rounds", type=int, default=12,
+                   help="measured rounds (one optimizer step per attention each) per S")
+    q.add_argument("--paired-warmup", type=int, default=2, help="unmeasured rounds first")
+    q.add_argument("--paired-budget-seconds", type=float, default=100.0,
+                   help="with --mode all: the part of the budget kept for the paired runs")
     l = p.add_argument_group("loss curves")
-    l.add_argument("--lc-steps", type=int, default=300)
-    l.add_argument("--lc-seq", type=int, default=1024)
-    l.add_argument("--lc-layers", type=int, default=2)
-    l.add_argument("--lc-tokens-per-step", type=int, default=8192)
-    l.add_argument("--lc-attn", type=_csv(str, ATTN_ORDER), default=["sdpa", "flashtrain"])
-    l.add_argument("--lc-dtypes", type=_csv(str, ["bf16", "fp16"]), default=["bf16", "fp16"])
+    l.add_argument("--lc-steps", type=int, default=300, help="steps per run")
+    l.add_argument("--lc-seq", type=int, default=1024, help="sequence length")
+    l.add_argument("--lc-layers", type=int, default=2, help="decoder layers")
+    l.add_argument("--lc-tokens-per-step", type=int, default=8192, help="tokens per optimizer step")
+    l.add_argument("--lc-attn", type=_csv(str, ATTN_ORDER), default=["sdpa", "flashtrain"],
+                   help="attentions, one run each per dtype")
+    l.add_argument("--lc-dtypes", type=_csv(str, ["bf16", "fp16"]), default=["bf16", "fp16"],
+                   help="dtypes")
     l.add_argument("--lc-budget-seconds", type=float, default=170.0,
                    help="with --mode all: the part of the budget kept for the loss curves")
     args = p.parse_args(argv)
     if args.loss_curve:
         args.mode = "loss-curve"
+    if len(args.paired_attn) < 2 or len(set(args.paired_attn)) < len(args.paired_attn):
+        p.error("--paired-attn needs two or more different attentions")
     if args.budget_seconds is None:
-        args.budget_seconds = {"sweep": 420.0, "loss-curve": 180.0, "all": 480.0}[args.mode]
+        args.budget_seconds = {"sweep": 420.0, "paired": 150.0, "loss-curve": 180.0, "all": 480.0}[args.mode]
     if args.tiny:
         if args.seqs == p.get_default("seqs"):
             args.seqs = [64, 128]
@@ -125,6 +154,7 @@ def parse_args(argv=None):
             if getattr(args, name) == p.get_default(name):
                 setattr(args, name, small)
         args.steps, args.warmup_steps = min(args.steps, 2), min(args.warmup_steps, 1)
+        args.paired_rounds, args.paired_warmup = min(args.paired_rounds, 2), min(args.paired_warmup, 1)
         args.lc_steps = min(args.lc_steps, 5)
         args.lc_seq = min(args.lc_seq, 64)
     return args
@@ -235,7 +265,7 @@ def run_group(args, label, train_args, seqs, deadline, logs_dir, steps):
 
 def _base(train_args, seq):
     get = lambda flag, default: train_args[train_args.index(flag) + 1] if flag in train_args else default
-    return {"attn": get("--attn", "?"), "dtype": get("--dtype", "bf16"),
+    return {"attn": get("--attn", get("--compare", "?")), "dtype": get("--dtype", "bf16"),
             "checkpoint": get("--checkpoint", "none"), "seq": seq, "steps": []}
 
 
@@ -293,6 +323,42 @@ def run_sweep(args, deadline):
     data["finished"] = _now()
     _write_json(out_json, data)
     log("sweep done: %s" % out_json)
+
+
+def run_paired(args, deadline):
+    out_json = os.path.join(args.out_dir, "paired.json")
+    logs_dir = os.path.join(args.out_dir, "logs")
+    os.makedirs(logs_dir, exist_ok=True)
+    steps = args.paired_rounds + args.paired_warmup
+    log("paired: --compare %s, %s, S in %s, %d rounds (%d warm-up), %d layers, %d tokens/step, "
+        "budget %.0f s" % (",".join(args.paired_attn), ",".join(args.paired_dtypes), args.seqs, steps,
+                           args.paired_warmup, args.layers, args.tokens_per_step, deadline - time.time()))
+    if args.dry_run:
+        for dtype in args.paired_dtypes:
+            log("  plan: one process: --compare %s --dtype %s --checkpoint none --seq %s"
+                % (",".join(args.paired_attn), dtype, ",".join(str(s) for s in args.seqs)))
+        return
+    data = {"kind": "paired", "started": _now(), "commit": _commit(), "settings": {
+        "seqs": args.seqs, "attn": args.paired_attn, "dtypes": args.paired_dtypes,
+        "layers": args.layers, "tokens_per_step": args.tokens_per_step, "rounds": steps,
+        "warmup_rounds": args.paired_warmup, "train_args": args.train_args, "tiny": args.tiny,
+        "budget_seconds": args.budget_seconds}, "results": []}
+    for i, dtype in enumerate(args.paired_dtypes):
+        share = (deadline - time.time()) / (len(args.paired_dtypes) - i)
+        label = "paired_%s" % dtype
+        log("paired run %d/%d: dtype=%s (%.0f s share)" % (i + 1, len(args.paired_dtypes), dtype, share))
+        # Each S's rounds stop early at an equal part of the share, so every S gets measured.
+        train_args = ["--compare", ",".join(args.paired_attn), "--dtype", dtype, "--checkpoint", "none",
+                      "--layers", str(args.layers), "--tokens-per-step", str(args.tokens_per_step),
+                      "--warmup-steps", str(args.paired_warmup), "--max-seconds",
+                      "%.0f" % max(5.0, (share - MIN_GROUP_S) / len(args.seqs))] + _common_args(args)
+        data["results"] += run_group(args, label, train_args, args.seqs, time.time() + share,
+                                     logs_dir, steps)
+        _write_json(out_json, data)
+        write_report(args.out_dir, with_plots=False)
+    data["finished"] = _now()
+    _write_json(out_json, data)
+    log("paired done: %s" % out_json)
 
 
 def run_loss_curves(args, deadline):
@@ -426,10 +492,10 @@ def _cell_mem(r):
     return "%.1f" % r["peak_mem_gib"]
 
 
-def markdown(sweep, losscurve, plot_files=()):
+def markdown(sweep, losscurve, paired, plot_files=()):
     lines = ["# End-to-end Llama training: eager vs torch SDPA vs flashtrain", ""]
     env = None
-    for data in (sweep, losscurve):
+    for data in (sweep, losscurve, paired):
         for r in (data or {}).get("results", []):
             env = env or r.get("environment")
     if env:
@@ -437,10 +503,10 @@ def markdown(sweep, losscurve, plot_files=()):
             env.get("gpu", env.get("device")), env.get("gpu_memory_gib", "-"), env.get("torch"),
             env.get("cuda", "-"), env.get("transformers")), ""]
     lines += [
-        "Written by `bench/e2e/run_e2e.py` from `sweep.json` / `loss_curve.json`. Model: random-init "
-        "LlamaForCausalLM with Llama-2-7B dimensions (hidden 4096, 32 heads, head dim 128, "
-        "intermediate 11008, vocab 32000), cut to the layers below; synthetic token stream; AdamW, "
-        "clip 1.0; bf16/fp16 = autocast over fp32 master weights (fp16 with a GradScaler).",
+        "Written by `bench/e2e/run_e2e.py` from `sweep.json` / `paired.json` / `loss_curve.json`. "
+        "Model: random-init LlamaForCausalLM with Llama-2-7B dimensions (hidden 4096, 32 heads, head "
+        "dim 128, intermediate 11008, vocab 32000), cut to the layers below; synthetic token stream; "
+        "AdamW, clip 1.0; bf16/fp16 = autocast over fp32 master weights (fp16 with a GradScaler).",
         "Tokens/s over the measured steps (after warm-up), MFU in parentheses: model FLOPs "
         "(6 x matmul parameters incl. lm_head + causal attention 6 x L x S x 4096 per token; no "
         "checkpoint recompute counted) / H200 dense bf16 peak 989 TFLOP/s. Memory: "
@@ -451,7 +517,8 @@ def markdown(sweep, losscurve, plot_files=()):
         st = sweep.get("settings", {})
         lines += ["## Sweep", "",
                   "Commit %s, %s. %s layers, %s tokens per step (one sequence when S is larger), %s "
-                  "steps per configuration of which %s warm-up." % (
+                  "steps per configuration of which %s warm-up. Each configuration runs in its own "
+                  "process, minutes apart: for speed ratios see the paired section." % (
                       sweep.get("commit", "?"), sweep.get("started", "?"), st.get("layers"),
                       st.get("tokens_per_step"), st.get("steps"), st.get("warmup_steps")), ""]
         res = sweep.get("results", [])
@@ -472,7 +539,7 @@ def markdown(sweep, losscurve, plot_files=()):
                 head += ["flashtrain/sdpa speed", "flashtrain/sdpa memory"]
             lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for s in seqs:
-                row = ["%dk" % (s // 1024) if s % 1024 == 0 else str(s)]
+                row = [_seq_label(s)]
                 cells = [idx.get((a, dtype, ckpt, s)) for a in present]
                 row += [_cell_speed(c) for c in cells] + [_cell_mem(c) for c in cells]
                 if both:
@@ -495,6 +562,8 @@ def markdown(sweep, losscurve, plot_files=()):
                 lines.append("- %s %s %s S=%s: %d non-finite steps of %d" % (
                     r["attn"], r["dtype"], r["checkpoint"], r["seq"], r["nonfinite_steps"], len(r["steps"])))
             lines.append("")
+    if paired:
+        lines += paired_markdown(paired)
     if losscurve:
         st = losscurve.get("settings", {})
         lines += ["## Loss curves", "",
@@ -528,7 +597,45 @@ def markdown(sweep, losscurve, plot_files=()):
     return "\n".join(lines)
 
 
-def plots(out_dir, sweep, losscurve):
+def _seq_label(s):
+    return "%dk" % (s // 1024) if s % 1024 == 0 else str(s)
+
+
+def paired_markdown(paired):
+    st = paired.get("settings", {})
+    res = paired.get("results", [])
+    names = next((r["compare"] for r in res if r.get("compare")), st.get("attn") or [])
+    if not names:
+        return []
+    ref, others = names[0], names[1:]
+    lines = ["## Paired speed (same process, ABBA)", "",
+             "Commit %s, %s. %s layers, %s tokens per step; per S one model and optimizer, %s rounds "
+             "of which %s warm-up; in each round every attention runs one optimizer step, in the "
+             "order %s in even rounds and reversed in odd ones. tok/s: tokens per step / median "
+             "measured step time. Ratio: median over the measured rounds of that round's tokens/s "
+             "ratio [min, max] (rounds). GiB: the largest per-step torch.cuda.max_memory_allocated "
+             "(weights and optimizer state shared). SDPA backend: torch's choice for these shapes." % (
+                 paired.get("commit", "?"), paired.get("started", "?"), st.get("layers"),
+                 st.get("tokens_per_step"), st.get("rounds"), st.get("warmup_rounds"),
+                 ", ".join(names)), ""]
+    head = (["S", "dtype"] + ["%s tok/s (MFU)" % a for a in names] + ["%s/%s" % (b, ref) for b in others]
+            + ["%s GiB" % a for a in names] + ["SDPA backend"])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(res, key=lambda r: (r.get("dtype", ""), r["seq"])):
+        runs = r.get("impls") or {a: {"status": r.get("status")} for a in names}
+        ratios = [r.get("paired", {}).get(b) or {} for b in others]
+        row = ([_seq_label(r["seq"]) + ("*" if r.get("stopped_early") else ""), r.get("dtype", "-")]
+               + [_cell_speed(runs.get(a)) for a in names]
+               + ["%.3fx [%.3f, %.3f] (%d)" % (p["ratio"], p["ratio_min"], p["ratio_max"], p["rounds"])
+                  if p.get("rounds") else "-" for p in ratios]
+               + [_cell_mem(runs.get(a)) for a in names] + [r.get("sdpa_backend") or "-"])
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "tok/s (MFU); *: stopped early by the budget (fewer rounds); OOM\u2020: not run because "
+              "a shorter S ran out of memory.", ""]
+    return lines
+
+
+def plots(out_dir, sweep, losscurve, paired):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -569,7 +676,7 @@ def plots(out_dir, sweep, losscurve):
                 ax.set_xscale("log", base=2)
                 seqs = sorted({r["seq"] for r in res})
                 ax.set_xticks(seqs)
-                ax.set_xticklabels(["%dk" % (x // 1024) if x % 1024 == 0 else str(x) for x in seqs])
+                ax.set_xticklabels([_seq_label(x) for x in seqs])
                 ax.set_ylim(bottom=0)
                 _label_axes(ax, "sequence length S (x at 0: out of memory)", ylabel,
                             "%s vs S, %s" % (ylabel, dtype), 7)
@@ -577,6 +684,29 @@ def plots(out_dir, sweep, losscurve):
             fig.savefig(os.path.join(out_dir, fname), dpi=110)
             plt.close(fig)
             written.append(fname)
+    rows = [(r, b, p) for r in (paired or {}).get("results", [])
+            for b, p in r.get("paired", {}).items() if p.get("rounds")]
+    if rows:
+        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        for dtype, b, vs in sorted({(r["dtype"], b, p["vs"]) for r, b, p in rows}):
+            pts = sorted(((r["seq"], p) for r, bb, p in rows if r["dtype"] == dtype and bb == b),
+                         key=lambda t: t[0])
+            ax.errorbar([x for x, _ in pts], [p["ratio"] for _, p in pts],
+                        yerr=[[p["ratio"] - p["ratio_min"] for _, p in pts],
+                              [p["ratio_max"] - p["ratio"] for _, p in pts]],
+                        fmt="o-" if dtype == "bf16" else "s:", capsize=4, color=colors.get(b),
+                        label="%s / %s, %s" % (b, vs, dtype))
+        ax.axhline(1.0, color="gray", ls="--", lw=1)
+        ax.set_xscale("log", base=2)
+        seqs = sorted({r["seq"] for r, _, _ in rows})
+        ax.set_xticks(seqs)
+        ax.set_xticklabels([_seq_label(x) for x in seqs])
+        _label_axes(ax, "sequence length S", "tokens/s ratio (median, min-max over rounds)",
+                    "paired speed ratio, same process (ABBA)", 8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "paired_ratio.png"), dpi=110)
+        plt.close(fig)
+        written.append("paired_ratio.png")
     if losscurve and losscurve.get("results"):
         res = [r for r in losscurve["results"] if r.get("steps")]
         dtypes = sorted({r["dtype"] for r in res})
@@ -620,17 +750,18 @@ def _label_axes(ax, xlabel, ylabel, title, fontsize):
 def write_report(out_dir, with_plots=True):
     sweep = _load_json(os.path.join(out_dir, "sweep.json"))
     losscurve = _load_json(os.path.join(out_dir, "loss_curve.json"))
-    if not sweep and not losscurve:
-        log("no sweep.json or loss_curve.json in %s: nothing to report" % out_dir)
+    paired = _load_json(os.path.join(out_dir, "paired.json"))
+    if not sweep and not losscurve and not paired:
+        log("no sweep.json, paired.json or loss_curve.json in %s: nothing to report" % out_dir)
         return
     if with_plots:
-        written = plots(out_dir, sweep, losscurve)
+        written = plots(out_dir, sweep, losscurve, paired)
     else:
-        written = [f for f in ("tokens_per_s.png", "peak_memory.png", "loss_curves.png")
+        written = [f for f in ("tokens_per_s.png", "peak_memory.png", "paired_ratio.png", "loss_curves.png")
                    if os.path.exists(os.path.join(out_dir, f))]
     path = os.path.join(out_dir, "RESULTS.md")
     with open(path, "w") as f:
-        f.write(markdown(sweep, losscurve, written))
+        f.write(markdown(sweep, losscurve, paired, written))
     log("wrote %s%s" % (path, "".join(", " + os.path.join(out_dir, w) for w in written)))
 
 
@@ -673,9 +804,13 @@ def main(argv=None):
     deadline = start + args.budget_seconds
     log("mode %s, budget %.0f s, python %s, out-dir %s" % (args.mode, args.budget_seconds,
                                                            args.python, args.out_dir))
+    kept = lambda *budgets: sum(budgets) if args.mode == "all" else 0.0  # for the later stages
     if args.mode in ("sweep", "all"):
-        sweep_deadline = deadline - (args.lc_budget_seconds if args.mode == "all" else 0.0)
-        run_sweep(args, sweep_deadline)
+        run_sweep(args, deadline - kept(args.paired_budget_seconds, args.lc_budget_seconds))
+        if not args.dry_run:
+            write_report(args.out_dir)
+    if args.mode in ("paired", "all"):
+        run_paired(args, deadline - kept(args.lc_budget_seconds))
         if not args.dry_run:
             write_report(args.out_dir)
     if args.mode in ("loss-curve", "all"):

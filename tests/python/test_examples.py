@@ -107,3 +107,59 @@ def test_runner_report_from_json(tmp_path):
     table = (tmp_path / "RESULTS.md").read_text()
     assert "| 2k | OOM | 80.0k (40%) | 88.0k (40%) |" in table, table
     assert "1.10x" in table and "0.90x" in table, table
+
+
+def test_train_llama_compare(tmp_path):
+    """--compare: one model, rounds of one step per attention; per-attention results and the
+    paired ratio over the measured rounds."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    _skip_unless_available("sdpa")
+    if not hasattr(transformers, "AttentionInterface"):
+        pytest.skip("--compare needs transformers >= 4.48; this is %s" % transformers.__version__)
+    train_llama = _load(TRAIN, "train_llama_under_test")
+    out = tmp_path / "compare.json"
+    argv = ["--tiny", "--device", "cpu", "--compare", "sdpa,eager", "--steps", "3", "--warmup-steps",
+            "1", "--seq", "64", "--tokens-per-step", "128", "--json", str(out)]
+    assert train_llama.main(argv) == 0
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["status"] == "ok" and result["compare"] == ["sdpa", "eager"]
+    assert "sdpa_backend" in result
+    for attn in ("sdpa", "eager"):
+        run = result["impls"][attn]
+        assert run["status"] == "ok", run.get("error")
+        assert [s["step"] for s in run["steps"]] == [0, 1, 2] and run["measured_steps"] == 2
+        assert run["tokens_per_s"] > 0 and run["nonfinite_steps"] == 0
+    paired = result["paired"]["eager"]
+    assert paired["vs"] == "sdpa" and paired["rounds"] == 2 and len(paired["per_round"]) == 2
+    assert paired["ratio_min"] <= paired["ratio"] <= paired["ratio_max"]
+
+
+def test_runner_paired_report_from_json(tmp_path):
+    """run_e2e.py --report-only writes the paired section from paired.json (no torch in it)."""
+    ok = lambda tps, mem: {"status": "ok", "tokens_per_s": tps, "mfu": 0.4, "peak_mem_gib": mem, "steps": []}
+    record = lambda seq, sdpa, paired: {
+        "attn": "sdpa,flashtrain", "compare": ["sdpa", "flashtrain"], "dtype": "bf16", "seq": seq,
+        "status": "ok", "sdpa_backend": "FLASH_ATTENTION",
+        "impls": {"sdpa": sdpa, "flashtrain": ok(62400.0, 33.0)}, "paired": {"flashtrain": paired}}
+    results = [record(4096, ok(60000.0, 34.2), {"vs": "sdpa", "rounds": 12, "ratio": 1.04,
+                                                "ratio_min": 0.99, "ratio_max": 1.08}),
+               record(65536, {"status": "oom", "steps": []}, {"vs": "sdpa", "rounds": 0, "per_round": []})]
+    (tmp_path / "paired.json").write_text(json.dumps({"settings": {"rounds": 14, "warmup_rounds": 2},
+                                                      "results": results}))
+    out = subprocess.run([sys.executable, RUNNER, "--report-only", "--out-dir", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert "## Paired speed (same process, ABBA)" in table, table
+    assert "| 4k | bf16 | 60.0k (40%) | 62.4k (40%) | 1.040x [0.990, 1.080] (12) | 34.2 | 33.0 | " \
+           "FLASH_ATTENTION |" in table, table
+    assert "| 64k | bf16 | OOM | 62.4k (40%) | - | OOM | 33.0 | FLASH_ATTENTION |" in table, table
+
+
+def test_runner_dry_run_plans_paired(tmp_path):
+    out = subprocess.run([sys.executable, RUNNER, "--mode", "all", "--dry-run", "--out-dir", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout
+    assert "plan: one process: --compare sdpa,flashtrain --dtype bf16" in out.stdout, out.stdout
