@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Regenerates bench/RESULTS.md from the run files (run from the repository root).
+set -euo pipefail
+R=bench/results
+python3 bench/make_results.py --gpu "NVIDIA H200" --date 2026-12-03 \
+ --commit "3925ad9 full grid (run 9); d6dbc9f backward A/B and 33d418c end to end (run 10); older sections marked" \
+ --command "bash bench/results/2026-12-03_run10/make_results.sh; the runs: bench/results/2026-12-03_run10/about.txt (run9, run8, run7 about.txt for the older sections)" \
+ --section "Attention fwd and bwd against torch SDPA flash (FlashAttention-2) and cuDNN, full grid, run 9 at 3925ad9 (plot: results/2026-12-03_run9/bench.png)=$R/2026-12-03_run9/bench.md" \
+ --section "sm90 backward since the full grid: d6dbc9f (st.shared dS and dQ stores, deterministic as a template parameter; new) against 6a74823 (base), fwd+bwd in one process, bf16 D 128, run 10 (last column base / new: below 1 means new is faster)=$R/2026-12-03_run10/ab_d6dbc9f_over_6a74823_d128.md" \
+ --section "The same, bf16 D 64, run 10=$R/2026-12-03_run10/ab_d6dbc9f_over_6a74823_d64.md" \
+ --section "Deterministic as a template parameter alone (new) against 6a74823 (this), run 10 call 4=$R/2026-12-03_run10/ab_det_template_over_6a74823.md" \
+ --section "End-to-end Llama (4 layers, 7B dims), flashtrain against torch SDPA in one process, run 10 at 33d418c (bench/e2e/RESULTS.md)=$R/2026-12-03_run10/e2e_paired.md" \
+ --section "Peak memory at S 65536, run 7=$R/2026-12-03_run7/bench_memory.md" \
+ --section "Overflow guard cost, guarded over the FLASHTRAIN_GUARD OFF build in one process, run 10 call 4 (6a74823 with deterministic as a template parameter)=$R/2026-12-03_run10/guard_cost_det_template.md" \
+ --section "What limits the sm90 backward after the 3925ad9 rework (before d6dbc9f), bench/ncu_kernels.sh, run 10 call 4 at 6a74823=$R/2026-12-03_run10/ncu_summary_6a74823.md" \
+ --section "What limited the main kernels before 3925ad9, bench/ncu_kernels.sh, run 9 call 3 at 837f422=$R/2026-12-03_run9/ncu_summary_837f422.md" \
+ --section "GPU kernel time per fwd+bwd, bf16 D 128 S 1k causal, run 8 at aee7814 (before the sm90 backward rework)=$R/2026-12-03_run8/profile_bf16_d128_1k_causal_aee7814.txt" \
+ --section "Issue 5 error bars, python -m flashtrain.doctor --device cuda, run 9 at 3925ad9=$R/2026-12-03_run9/doctor_python_bars.txt" \
+ --section "Issue 5, fp16 logits about 1e3: which pass the dq excess comes from (FLASHTRAIN_DISABLE_SM90), run 10 call 4 at 6a74823=$R/2026-12-03_run10/doctor_logits_by_pass.txt" \
+ --section "GPU check steps, run 9 at 3925ad9=$R/2026-12-03_run9/gpu_check_summary_3925ad9.txt" \
+ --section "GPU check steps, run 8 at aee7814=$R/2026-12-03_run8/gpu_check_summary_aee7814.txt" \
+ --output bench/RESULTS.md
