@@ -44,3 +44,11 @@ for ulps in (1, 4, 16):
     noise = (torch.rand_like(Sx) - 0.5) * 2 * ulps * torch.abs(Sx).clamp(min=1) * 2 ** -24
     s_bwd = r32(Sx + noise)
     print("S_bwd off by up to %2d ulp, ours lse: dv err %.3e" % (ulps, err(dv_from(s_bwd, r32(lse_ours * log2e_f)))))
+# The same noise in both passes (consistent S, as when the forward and backward compute S the same
+# way): does the accumulation error itself matter, or only the disagreement?
+for ulps in (4, 16):
+    noise = (torch.rand_like(Sx) - 0.5) * 2 * ulps * torch.abs(Sx).clamp(min=1) * 2 ** -24
+    s_both = r32(Sx + noise)
+    mb, msb, sumb = fwd_stats(s_both)
+    lse_b = r32(r32(msb + torch.log2(sumb)) * ln2_f)
+    print("S off by up to %2d ulp in both passes: dv err %.3e" % (ulps, err(dv_from(s_both, r32(lse_b * log2e_f)))))
