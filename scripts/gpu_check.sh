@@ -164,6 +164,13 @@ if [[ $built == 1 && $part != python ]]; then
   else
     skip "sm90 forward check" "sm_90a not built (see sm90_build.log)"
   fi
+  # Issue 5 diagnostic (informational, never fails the check): do wgmma's dot products depend on
+  # which operand is A? The sm90 forward computes S with Q as A, the backward S^T with K as A.
+  if [[ "$archs" == *90a* ]] && nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+       -Isrc -I"${FLASHTRAIN_CUTLASS_DIR:-$PWD/.cutlass/include}" bench/wgmma_role_check.cu -o "$build/wgmma_role_check" \
+       >"$outdir/wgmma_role_build.log" 2>&1; then
+    step "wgmma role check (informational)" wgmma_role.log bash -c "'$build/wgmma_role_check'; echo \"exit \$?\""
+  fi
   # The opt-in AMX bf16 forward of the CPU backend (the GPU machine's CPU has AMX; CI's does not).
   step "CPU AMX (FLASHTRAIN_CPU_AMX=1)" tests_cpu_amx.log env FLASHTRAIN_CPU_AMX=1 \
     "$build/flashtrain_tests" --gtest_filter='CpuAmx*:*Accuracy*cpu_bf16*:*MaskedRows*cpu_bf16*'
