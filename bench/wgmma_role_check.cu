@@ -6,14 +6,15 @@
 // the backward's S differs from the forward's by a few ulps, not when both carry the same error.
 // The sm90 forward computes S = Q K^T (Q as A, M = queries); the sm90 backward computes
 // S^T = K Q^T (K as A, M = keys). This tool computes both for one 64 x 64 x D tile of fp16 or bf16
-// inputs scaled like that case and reports how many elements differ bitwise, by how many ulps,
-// and how far each is from the exact (float64) dot product.
+// inputs scaled like that case, and the same with mma.sync (the sm80 kernels' instruction), and
+// reports how many elements differ bitwise, by how many ulps, and how far each is from the exact
+// (float64) dot product.
 //
 // Build and run on an H200 from the repository root (CUTLASS headers in .cutlass/include):
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Isrc \
 //        -I.cutlass/include bench/wgmma_role_check.cu -o build-gpu/wgmma_role_check
 //   build-gpu/wgmma_role_check [--scale 30] [--seed 0]
-// Exit status: 0 when both roles agree bit for bit, 1 when they differ, 2 on a CUDA error.
+// Exit status: 0 when the two wgmma orders agree bit for bit, 1 when they differ, 2 on a CUDA error.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -83,10 +84,63 @@ __global__ void __launch_bounds__(128, 1) role_kernel(const Element* q, const El
 #endif
 }
 
+// The same dot products with the sm80 instruction (mma.sync m16n8k16, fp32 accumulators), which
+// flashtrain's sm80 kernels use: out[i][j] = a_i . b_j, one warp over the 64 x 64 tile.
+template <class Element>
+__global__ void mma_sync_kernel(const Element* a, const Element* b, float* out) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int lane = threadIdx.x % 32, group = lane / 4, tig = lane % 4;
+  auto pack = [](Element lo, Element hi) {
+    uint16_t l, h;
+    std::memcpy(&l, &lo, 2);
+    std::memcpy(&h, &hi, 2);
+    return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
+  };
+  for (int ti = 0; ti < kTile / 16; ++ti) {
+    for (int tj = 0; tj < kTile / 8; ++tj) {
+      float c[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int kb = 0; kb < kDim / 16; ++kb) {
+        const Element* a0 = a + (16 * ti + group) * kDim + 16 * kb + 2 * tig;  // row group, cols 2 tig + {0, 1}
+        const Element* a8 = a0 + 8 * kDim;                                       // row group + 8
+        const Element* b0 = b + (8 * tj + group) * kDim + 16 * kb + 2 * tig;    // B(k, n) = b[n][k]
+        const uint32_t ra[4] = {pack(a0[0], a0[1]), pack(a8[0], a8[1]), pack(a0[8], a0[9]), pack(a8[8], a8[9])};
+        const uint32_t rb[2] = {pack(b0[0], b0[1]), pack(b0[8], b0[9])};
+        if constexpr (cute::is_same_v<Element, cutlass::half_t>) {
+          asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                       : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+        } else {
+          asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                       : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+        }
+      }
+      const int row = 16 * ti + group, col = 8 * tj + 2 * tig;
+      out[row * kTile + col] = c[0];
+      out[row * kTile + col + 1] = c[1];
+      out[(row + 8) * kTile + col] = c[2];
+      out[(row + 8) * kTile + col + 1] = c[3];
+    }
+  }
+#endif
+}
+
 inline int32_t ordered(float x) {  // float bits on a line where adjacent floats differ by 1
   int32_t i;
   std::memcpy(&i, &x, sizeof i);
   return i < 0 ? INT32_MIN - i : i;
+}
+
+// Bitwise differences between two ways of computing the tile: S as [i][j] = q_i . k_j each.
+inline void compare(const char* what, const std::vector<float>& x, const std::vector<float>& y) {
+  int differ = 0;
+  int64_t max_ulps = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) ++differ;
+    max_ulps = std::max<int64_t>(max_ulps, std::llabs(int64_t(ordered(x[i])) - ordered(y[i])));
+  }
+  std::printf("  %-44s %5d of %d differ, max %lld ulps\n", what, differ, static_cast<int>(x.size()),
+              static_cast<long long>(max_ulps));
 }
 
 template <class Element>
@@ -97,10 +151,10 @@ int check(float scale, unsigned seed, const char* name) {
   for (auto& x : q) x = Element(normal(gen));
   for (auto& x : k) x = Element(normal(gen));
   Element *dq = nullptr, *dk = nullptr;
-  float *dqk = nullptr, *dkq = nullptr;
-  const size_t bytes = sizeof(Element) * q.size(), out_bytes = sizeof(float) * kTile * kTile;
+  float* dout = nullptr;  // four tiles: wgmma Q as A, wgmma K as A, mma.sync Q as A, mma.sync K as A
+  const size_t bytes = sizeof(Element) * q.size(), tile = kTile * kTile;
   if (cudaMalloc(&dq, bytes) != cudaSuccess || cudaMalloc(&dk, bytes) != cudaSuccess ||
-      cudaMalloc(&dqk, out_bytes) != cudaSuccess || cudaMalloc(&dkq, out_bytes) != cudaSuccess) {
+      cudaMalloc(&dout, 4 * tile * sizeof(float)) != cudaSuccess) {
     std::fprintf(stderr, "wgmma_role_check: cudaMalloc failed\n");
     return 2;
   }
@@ -108,36 +162,47 @@ int check(float scale, unsigned seed, const char* name) {
   cudaMemcpy(dk, k.data(), bytes, cudaMemcpyHostToDevice);
   const int smem = static_cast<int>(sizeof(typename RoleCheck<Element>::Smem));
   cudaFuncSetAttribute(role_kernel<Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  role_kernel<Element><<<1, 128, smem>>>(dq, dk, dqk, dkq);
+  role_kernel<Element><<<1, 128, smem>>>(dq, dk, dout, dout + tile);
+  mma_sync_kernel<Element><<<1, 32>>>(dq, dk, dout + 2 * tile);
+  mma_sync_kernel<Element><<<1, 32>>>(dk, dq, dout + 3 * tile);
   if (cudaDeviceSynchronize() != cudaSuccess) {
     std::fprintf(stderr, "wgmma_role_check: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 2;
   }
-  std::vector<float> qk(kTile * kTile), kq(kTile * kTile);
-  cudaMemcpy(qk.data(), dqk, out_bytes, cudaMemcpyDeviceToHost);
-  cudaMemcpy(kq.data(), dkq, out_bytes, cudaMemcpyDeviceToHost);
-  cudaFree(dq); cudaFree(dk); cudaFree(dqk); cudaFree(dkq);
+  std::vector<float> all(4 * tile);
+  cudaMemcpy(all.data(), dout, all.size() * sizeof(float), cudaMemcpyDeviceToHost);
+  cudaFree(dq); cudaFree(dk); cudaFree(dout);
 
-  int differ = 0;
-  int64_t max_ulps = 0;
-  double err_qk = 0, err_kq = 0;  // max |S - exact| over max |exact|
+  // Each as S[i][j] = q_i . k_j (the K-as-A results transposed), and the exact dot products.
+  std::vector<float> s[4];
+  std::vector<double> exact(tile);
+  for (int v = 0; v < 4; ++v) s[v].resize(tile);
   double top = 0;
   for (int i = 0; i < kTile; ++i) {
     for (int j = 0; j < kTile; ++j) {
-      double exact = 0;
-      for (int d = 0; d < kDim; ++d) exact += double(float(q[i * kDim + d])) * double(float(k[j * kDim + d]));
-      const float a = qk[i * kTile + j], b = kq[j * kTile + i];
-      if (std::memcmp(&a, &b, sizeof a) != 0) ++differ;
-      max_ulps = std::max<int64_t>(max_ulps, std::llabs(int64_t(ordered(a)) - ordered(b)));
-      err_qk = std::max(err_qk, std::fabs(a - exact));
-      err_kq = std::max(err_kq, std::fabs(b - exact));
-      top = std::max(top, std::fabs(exact));
+      double e = 0;
+      for (int d = 0; d < kDim; ++d) e += double(float(q[i * kDim + d])) * double(float(k[j * kDim + d]));
+      exact[i * kTile + j] = e;
+      top = std::max(top, std::fabs(e));
+      s[0][i * kTile + j] = all[i * kTile + j];
+      s[1][i * kTile + j] = all[tile + j * kTile + i];
+      s[2][i * kTile + j] = all[2 * tile + i * kTile + j];
+      s[3][i * kTile + j] = all[3 * tile + j * kTile + i];
     }
   }
-  std::printf("%s, scale %g: %d of %d dot products differ between Q-as-A and K-as-A (max %lld ulps); "
-              "max |error| / max |exact|: Q as A %.3e, K as A %.3e\n",
-              name, scale, differ, kTile * kTile, static_cast<long long>(max_ulps), err_qk / top, err_kq / top);
-  return differ == 0 ? 0 : 1;
+  const char* names[4] = {"wgmma, Q as A (sm90 forward)", "wgmma, K as A (sm90 backward)", "mma.sync, Q as A",
+                          "mma.sync, K as A"};
+  std::printf("%s, inputs normal(0, %g), one %d x %d x %d tile:\n", name, scale, kTile, kTile, kDim);
+  for (int v = 0; v < 4; ++v) {
+    double err = 0;
+    for (size_t i = 0; i < tile; ++i) err = std::max(err, std::fabs(s[v][i] - exact[i]));
+    std::printf("  %-44s max |S - exact| / max |exact| %.3e\n", names[v], err / top);
+  }
+  compare("wgmma Q as A vs wgmma K as A:", s[0], s[1]);
+  compare("mma.sync Q as A vs wgmma K as A:", s[2], s[1]);
+  compare("mma.sync Q as A vs mma.sync K as A:", s[2], s[3]);
+  compare("wgmma Q as A vs mma.sync Q as A:", s[0], s[2]);
+  return std::memcmp(s[0].data(), s[1].data(), tile * sizeof(float)) == 0 ? 0 : 1;
 }
 
 }  // namespace role_check
@@ -150,8 +215,8 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: wgmma_role_check [--scale S] [--seed N]\n"
                   "  Computes one 64 x 64 x 128 tile of q.k dot products (inputs normal(0, S), fp16 and bf16)\n"
-                  "  with a wgmma taking Q as A and with one taking K as A, and reports whether they agree\n"
-                  "  bit for bit. Exit status 0: they agree; 1: they differ; 2: CUDA error.\n");
+                  "  with wgmma and with mma.sync, each taking Q as A and K as A, and reports which agree bit\n"
+                  "  for bit. Exit status 0: the two wgmma orders agree; 1: they differ; 2: CUDA error.\n");
       return 0;
     }
     if (arg == "--scale" && i + 1 < argc) {
