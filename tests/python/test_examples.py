@@ -90,6 +90,15 @@ def test_flashtrain_loss_matches_sdpa(tmp_path_factory):
         assert abs(a["loss"] - b["loss"]) < 0.02, (a, b)
 
 
+def _report_only(out_dir):
+    """run_e2e.py --report-only over out_dir's JSON; returns the RESULTS.md it writes."""
+    out = subprocess.run([sys.executable, RUNNER, "--report-only", "--out-dir", str(out_dir)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout
+    return (out_dir / "RESULTS.md").read_text()
+
+
 def test_runner_report_from_json(tmp_path):
     """run_e2e.py --report-only turns result JSON into the markdown table (no torch in it)."""
     ok = lambda attn, seq, tps, mem: {"attn": attn, "dtype": "bf16", "checkpoint": "none", "seq": seq,
@@ -100,11 +109,7 @@ def test_runner_report_from_json(tmp_path):
                {"attn": "eager", "dtype": "bf16", "checkpoint": "none", "seq": 2048, "status": "oom",
                 "steps": []}]
     (tmp_path / "sweep.json").write_text(json.dumps({"settings": {}, "results": results}))
-    out = subprocess.run([sys.executable, RUNNER, "--report-only", "--out-dir", str(tmp_path)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stdout
-    table = (tmp_path / "RESULTS.md").read_text()
+    table = _report_only(tmp_path)
     assert "| 2k | OOM | 80.0k (40%) | 88.0k (40%) |" in table, table
     assert "1.10x" in table and "0.90x" in table, table
 
@@ -146,11 +151,7 @@ def test_runner_paired_report_from_json(tmp_path):
                record(65536, {"status": "oom", "steps": []}, {"vs": "sdpa", "rounds": 0, "per_round": []})]
     (tmp_path / "paired.json").write_text(json.dumps({"settings": {"rounds": 14, "warmup_rounds": 2},
                                                       "results": results}))
-    out = subprocess.run([sys.executable, RUNNER, "--report-only", "--out-dir", str(tmp_path)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stdout
-    table = (tmp_path / "RESULTS.md").read_text()
+    table = _report_only(tmp_path)
     assert "## Paired speed (same process, ABBA)" in table, table
     assert "| 4k | bf16 | 60.0k (40%) | 62.4k (40%) | 1.040x [0.990, 1.080] (12) | 34.2 | 33.0 | " \
            "FLASH_ATTENTION |" in table, table

@@ -34,25 +34,31 @@ __device__ __forceinline__ void add_rows_atomic(Gmem& g, Coord const& coord, Acc
 // Deterministic mode: KV tiles add into one dQ tile strictly in KV-tile order. Each (batch,
 // query head, Q tile) has a semaphore counting the KV tiles that have added; `order` is this KV
 // tile's position among those that reach the Q tile. Blocks only wait on lower blockIdx.x
-// (launched earlier), so a waiter never holds up its own turn. Whole block calls these.
+// (launched earlier), so a waiter never holds up its own turn. Whole block calls wait_dq_turn and
+// pass_dq_turn; one thread calls the primitives under them (the sm90 backward, whose warpgroups
+// take the turn on their own, calls those directly).
 __device__ __forceinline__ int* dq_semaphore(const BwdParams& p, int b, int hq, int m_block) {
   return p.dq_sema + (static_cast<int64_t>(b) * p.heads_q + hq) * p.m_blocks + m_block;
 }
-__device__ __forceinline__ void wait_dq_turn(int* sema, int order) {
-  if (threadIdx.x == 0) {
-    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
-    while (turn.load(::cuda::memory_order_acquire) != order) {
-    }
+// One thread: spins until the semaphore reaches `order`.
+__device__ __forceinline__ void spin_until_dq_turn(int* sema, int order) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
+  while (turn.load(::cuda::memory_order_acquire) != order) {
   }
+}
+// One thread: passes the turn on (the caller has made every addition visible first).
+__device__ __forceinline__ void release_dq_turn(int* sema) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
+  turn.fetch_add(1, ::cuda::memory_order_release);
+}
+__device__ __forceinline__ void wait_dq_turn(int* sema, int order) {
+  if (threadIdx.x == 0) spin_until_dq_turn(sema, order);
   __syncthreads();
 }
 __device__ __forceinline__ void pass_dq_turn(int* sema) {
   __threadfence();  // every thread's additions are visible before the turn passes on
   __syncthreads();
-  if (threadIdx.x == 0) {
-    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
-    turn.fetch_add(1, ::cuda::memory_order_release);
-  }
+  if (threadIdx.x == 0) release_dq_turn(sema);
 }
 
 // Adds scale * ds_unscale * acc_dq (columns [col0, col0 + kDqChunk) of Q tile m0 of head hq) to

@@ -92,18 +92,11 @@ __device__ __forceinline__ void bulk_wait_complete() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif
 }
-// Deterministic dQ turns (tile_range.h's order over the key tiles of a Q tile), taken by one
-// thread: waits until the tile's semaphore reaches `order`; passes it on (after the caller made
-// its additions complete and visible) by counting it up.
-__device__ __forceinline__ void wait_turn(int* sema, int order) {
-  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
-  while (turn.load(::cuda::memory_order_acquire) != order) {
-  }
-}
+// Passes the deterministic dQ turn of semaphore `sema` on, from one thread, once both warpgroups'
+// additions are complete (sm80/bwd_epilogue.h's turn primitives).
 __device__ __forceinline__ void pass_turn(int* sema) {
   __threadfence();
-  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
-  turn.fetch_add(1, ::cuda::memory_order_release);
+  sm80::release_dq_turn(sema);
 }
 
 template <class Traits, bool kDeterministic>
@@ -378,8 +371,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // turn passes on at the next dS barrier, or after the loop, once both have completed.
       pending_turn = static_cast<int>(sm80::dq_semaphore(p, b, hq, m_block) - p.dq_sema);
       if (wg_tid == 0)
-        wait_turn(p.dq_sema + pending_turn,
-                  dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
+        sm80::spin_until_dq_turn(p.dq_sema + pending_turn,
+                                 dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
     }
     if (wg_tid == 0) reduce_dq(hq, m_block);
   }
