@@ -84,6 +84,44 @@ __global__ void __launch_bounds__(128, 1) role_kernel(const Element* q, const El
 #endif
 }
 
+// The sm90 forward's own instruction shape: S = Q K^T over kWide = 128 keys in one wgmma
+// (m64n128k16; the backward's S^T at D 128 is m64n64k16). out[i][j] = q_i . k_j, j < kWide.
+constexpr int kWide = 128;
+template <class Element>
+struct WideCheck {
+  using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kTile>, Int<kDim>>{}));
+  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kWide>, Int<kDim>>{}));
+  using Mma = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kTile>, Int<kWide>, Int<kDim>>>()));
+  struct Smem {
+    array_aligned<Element, cosize_v<SmemLayoutA>, 1024> a;
+    array_aligned<Element, cosize_v<SmemLayoutB>, 1024> b;
+  };
+};
+template <class Element>
+__global__ void __launch_bounds__(128, 1) wide_kernel(const Element* q, const Element* k, float* out) {
+#ifdef FLASHTRAIN_SM90_DEVICE_CODE
+  using Check = WideCheck<Element>;
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Check::Smem*>(smem_raw);
+  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename Check::SmemLayoutA{});
+  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename Check::SmemLayoutB{});
+  for (int i = threadIdx.x; i < kTile * kDim; i += blockDim.x) sA(i / kDim, i % kDim) = q[i];
+  for (int i = threadIdx.x; i < kWide * kDim; i += blockDim.x) sB(i / kDim, i % kDim) = k[i];
+  cutlass::arch::fence_view_async_shared();
+  __syncthreads();
+  typename Check::Mma mma;
+  auto thr = mma.get_thread_slice(threadIdx.x);
+  Tensor tA = thr.partition_fragment_A(sA);
+  Tensor tB = thr.partition_fragment_B(sB);
+  Tensor acc = partition_fragment_C(mma, Shape<Int<kTile>, Int<kWide>>{});
+  flashtrain::cuda::sm90::wgmma_gemm<true, 0>(mma, tA, tB, acc);
+  Tensor gOut = make_tensor(make_gmem_ptr(out), make_layout(Shape<Int<kTile>, Int<kWide>>{}, LayoutRight{}));
+  Tensor tOut = thr.partition_C(gOut);
+  for (int i = 0; i < size(acc); ++i) tOut(i) = acc(i);
+#endif
+}
+
 // The same dot products with the sm80 instruction (mma.sync m16n8k16, fp32 accumulators), which
 // flashtrain's sm80 kernels use: out[i][j] = a_i . b_j, one warp over the 64 x 64 tile.
 template <class Element>
@@ -147,36 +185,40 @@ template <class Element>
 int check(float scale, unsigned seed, const char* name) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<Element> q(kTile * kDim), k(kTile * kDim);
+  std::vector<Element> q(kTile * kDim), k(kWide * kDim);  // the 64 x 64 runs use k's first 64 rows
   for (auto& x : q) x = Element(normal(gen));
   for (auto& x : k) x = Element(normal(gen));
   Element *dq = nullptr, *dk = nullptr;
-  float* dout = nullptr;  // four tiles: wgmma Q as A, wgmma K as A, mma.sync Q as A, mma.sync K as A
-  const size_t bytes = sizeof(Element) * q.size(), tile = kTile * kTile;
-  if (cudaMalloc(&dq, bytes) != cudaSuccess || cudaMalloc(&dk, bytes) != cudaSuccess ||
-      cudaMalloc(&dout, 4 * tile * sizeof(float)) != cudaSuccess) {
+  // Four tiles (wgmma Q as A, wgmma K as A, mma.sync Q as A, mma.sync K as A), then the wide one.
+  float* dout = nullptr;
+  const size_t bytes = sizeof(Element) * q.size(), tile = kTile * kTile, wide = kTile * kWide;
+  if (cudaMalloc(&dq, bytes) != cudaSuccess || cudaMalloc(&dk, sizeof(Element) * k.size()) != cudaSuccess ||
+      cudaMalloc(&dout, (4 * tile + wide) * sizeof(float)) != cudaSuccess) {
     std::fprintf(stderr, "wgmma_role_check: cudaMalloc failed\n");
     return 2;
   }
   cudaMemcpy(dq, q.data(), bytes, cudaMemcpyHostToDevice);
-  cudaMemcpy(dk, k.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemcpy(dk, k.data(), sizeof(Element) * k.size(), cudaMemcpyHostToDevice);
   const int smem = static_cast<int>(sizeof(typename RoleCheck<Element>::Smem));
   cudaFuncSetAttribute(role_kernel<Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   role_kernel<Element><<<1, 128, smem>>>(dq, dk, dout, dout + tile);
   mma_sync_kernel<Element><<<1, 32>>>(dq, dk, dout + 2 * tile);
   mma_sync_kernel<Element><<<1, 32>>>(dk, dq, dout + 3 * tile);
+  const int smem_wide = static_cast<int>(sizeof(typename WideCheck<Element>::Smem));
+  cudaFuncSetAttribute(wide_kernel<Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_wide);
+  wide_kernel<Element><<<1, 128, smem_wide>>>(dq, dk, dout + 4 * tile);
   if (cudaDeviceSynchronize() != cudaSuccess) {
     std::fprintf(stderr, "wgmma_role_check: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 2;
   }
-  std::vector<float> all(4 * tile);
+  std::vector<float> all(4 * tile + wide);
   cudaMemcpy(all.data(), dout, all.size() * sizeof(float), cudaMemcpyDeviceToHost);
   cudaFree(dq); cudaFree(dk); cudaFree(dout);
 
   // Each as S[i][j] = q_i . k_j (the K-as-A results transposed), and the exact dot products.
-  std::vector<float> s[4];
+  std::vector<float> s[5];
   std::vector<double> exact(tile);
-  for (int v = 0; v < 4; ++v) s[v].resize(tile);
+  for (int v = 0; v < 5; ++v) s[v].resize(tile);
   double top = 0;
   for (int i = 0; i < kTile; ++i) {
     for (int j = 0; j < kTile; ++j) {
@@ -188,12 +230,13 @@ int check(float scale, unsigned seed, const char* name) {
       s[1][i * kTile + j] = all[tile + j * kTile + i];
       s[2][i * kTile + j] = all[2 * tile + i * kTile + j];
       s[3][i * kTile + j] = all[3 * tile + j * kTile + i];
+      s[4][i * kTile + j] = all[4 * tile + i * kWide + j];
     }
   }
-  const char* names[4] = {"wgmma, Q as A (sm90 forward)", "wgmma, K as A (sm90 backward)", "mma.sync, Q as A",
-                          "mma.sync, K as A"};
+  const char* names[5] = {"wgmma n64, Q as A", "wgmma n64, K as A (sm90 backward)", "mma.sync, Q as A",
+                          "mma.sync, K as A", "wgmma n128, Q as A (sm90 forward)"};
   std::printf("%s, inputs normal(0, %g), one %d x %d x %d tile:\n", name, scale, kTile, kTile, kDim);
-  for (int v = 0; v < 4; ++v) {
+  for (int v = 0; v < 5; ++v) {
     double err = 0;
     for (size_t i = 0; i < tile; ++i) err = std::max(err, std::fabs(s[v][i] - exact[i]));
     std::printf("  %-44s max |S - exact| / max |exact| %.3e\n", names[v], err / top);
@@ -202,7 +245,10 @@ int check(float scale, unsigned seed, const char* name) {
   compare("mma.sync Q as A vs wgmma K as A:", s[2], s[1]);
   compare("mma.sync Q as A vs mma.sync K as A:", s[2], s[3]);
   compare("wgmma Q as A vs mma.sync Q as A:", s[0], s[2]);
-  return std::memcmp(s[0].data(), s[1].data(), tile * sizeof(float)) == 0 ? 0 : 1;
+  compare("wgmma n128 Q as A vs wgmma n64 K as A:", s[4], s[1]);
+  compare("wgmma n128 Q as A vs mma.sync Q as A:", s[4], s[2]);
+  // The forward's instruction against the backward's.
+  return std::memcmp(s[4].data(), s[1].data(), tile * sizeof(float)) == 0 ? 0 : 1;
 }
 
 }  // namespace role_check

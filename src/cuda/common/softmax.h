@@ -71,7 +71,8 @@ struct OnlineSoftmax {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = !(sum > 0.0f);
       const float inv = empty ? 0.0f : out_scale / sum;
-      lse[r] = empty ? -INFINITY : (row_max[r] * scale_log2 + __log2f(sum)) * kLn2;
+      // The offset as update() rounded it (a separate product, not contracted into an FMA).
+      lse[r] = empty ? -INFINITY : lse_from_row_stats(__fmul_rn(row_max[r], scale_log2), sum);
 #pragma unroll
       for (int c = 0; c < decltype(cute::size<1>(acc))::value; ++c) acc(r, c) *= inv;
     }

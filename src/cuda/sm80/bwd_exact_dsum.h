@@ -200,7 +200,7 @@ __device__ __forceinline__ void bwd_exact_dsum_tile(const BwdParams& p, const in
       for (int c = 0; c < kCols; ++c) {
         const int j = get<1>(tScS(r, c));
         if (j >= col_begin && j < col_end) {
-          const float prob = fast_exp2(bwd_score_log2(p, s(r, c), slope_log2, diag_i, j).score - lse2[r]);
+          const float prob = fast_exp2(bwd_score_log2(p, s(r, c), lse2[r], slope_log2, diag_i, j).exponent);
           if (!have_ref[r]) ref[r] = dp(r, c), have_ref[r] = true;
           mass[r] += prob;
           shifted[r] += prob * (dp(r, c) - ref[r]);

@@ -234,8 +234,8 @@ __device__ __forceinline__ void bwd_main_tile(const BwdParams& p, const int n_bl
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int j = get<1>(tScS(r, c));
-          const ScoreLog2 x = bwd_score_log2(p, s(r, c), slope_log2, diag_i, j);
-          float e = x.score - lse2[row];
+          const ScoreLog2 x = bwd_score_log2(p, s(r, c), lse2[row], slope_log2, diag_i, j);
+          float e = x.exponent;
           if constexpr (kSafe) e -= fix;
           const float prob = (j >= col_begin && j < col_end) ? fast_exp2(e) : 0.0f;
           dp(r, c) = prob * (dp(r, c) * p.dropout_rescale - dsum[row]) * x.dtanh;

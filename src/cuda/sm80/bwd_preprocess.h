@@ -67,7 +67,7 @@ __device__ __forceinline__ void bwd_preprocess_rows(const BwdParams& p, const in
       const float lse = p.lse[static_cast<int64_t>(b) * p.lse_batch_stride +
                               static_cast<int64_t>(h) * p.lse_head_stride +
                               static_cast<int64_t>(i) * p.lse_row_stride];
-      p.lse_log2[stat] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+      p.lse_log2[stat] = lse_to_log2(lse);
     }
     float4* dq = reinterpret_cast<float4*>(p.dq_accum + (static_cast<int64_t>(r) * p.heads_q + h) * kDimQK);
 #pragma unroll

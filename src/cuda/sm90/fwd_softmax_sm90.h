@@ -100,7 +100,8 @@ struct OnlineSoftmax {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = sum == 0.0f;
       inv_sum[r] = empty ? 0.0f : 1.0f / sum;
-      lse[r] = empty ? -INFINITY : (row_max[r] * scale_log2 + log2f(sum)) * kLn2;
+      // The offset as update() rounded it (a separate product, not contracted into an FMA).
+      lse[r] = empty ? -INFINITY : lse_from_row_stats(__fmul_rn(row_max[r], scale_log2), sum);
     }
   }
 };
