@@ -2,8 +2,10 @@
 """Issue 5 diagnostic: which forward output makes flashtrain's backward less accurate than
 FlashAttention-2's on the fp16 logits~1e3 case? Runs flashtrain's and torch's FlashAttention-2
 forward on the doctor's inputs, reports each lse against the float64 one (and the exponent offset
-the backward derives from it, lse * log2e in fp32), then runs both backwards with every
-combination of (out, lse) and prints the dq / dk / dv errors (max |err| / max |ref|).
+the backward derives from it, lse * log2e in fp32) and where the two lse differ (how many rows,
+correlation with the lse and with the row's top-2 logit gap, the rows that differ most next to the
+float64 and cuBLAS fp32 row maxima), then runs both backwards with every combination of (out,
+lse) and prints the dq / dk / dv errors (max |err| / max |ref|).
 
 Usage (GPU, extension built): FLASHTRAIN_TORCH_LIBRARY=... PYTHONPATH=python \
     python3 bench/lse_swap_check.py [--case 'logits ~1e3 fp16']

@@ -4,17 +4,21 @@
 // excess follows the forward kernel (bench/results/2026-12-03_run10/doctor_logits_by_pass.txt),
 // and a CPU emulation (bench/results/2026-12-03_run10/logits_dv_emulation.py) reproduces it when
 // the backward's S differs from the forward's by a few ulps, not when both carry the same error.
-// The sm90 forward computes S = Q K^T (Q as A, M = queries); the sm90 backward computes
-// S^T = K Q^T (K as A, M = keys). This tool computes both for one 64 x 64 x D tile of fp16 or bf16
-// inputs scaled like that case, and the same with mma.sync (the sm80 kernels' instruction), and
-// reports how many elements differ bitwise, by how many ulps, and how far each is from the exact
-// (float64) dot product.
+// The sm90 forward computes S = Q K^T (Q as A, M = queries, m64n128k16 at D <= 128); the sm90
+// backward computes S^T = K Q^T (K as A, M = keys, m64n64k16 at D 128). This tool computes one
+// 64 x 64 x D tile of fp16 or bf16 inputs scaled like that case with wgmma n64 (each operand as A),
+// with the forward's n128 instruction over 128 keys, and with mma.sync (the sm80 kernels'
+// instruction, each order), and reports how many elements differ bitwise, by how many ulps, and
+// how far each is from the exact (float64) dot product.
+// Result on the H200 (bench/results/2026-12-03_run11): every variant agrees bit for bit, so the
+// forward/backward lse disagreement of issue 5 does not come from the instructions themselves.
 //
 // Build and run on an H200 from the repository root (CUTLASS headers in .cutlass/include):
 //   nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -Isrc \
 //        -I.cutlass/include bench/wgmma_role_check.cu -o build-gpu/wgmma_role_check
 //   build-gpu/wgmma_role_check [--scale 30] [--seed 0]
-// Exit status: 0 when the two wgmma orders agree bit for bit, 1 when they differ, 2 on a CUDA error.
+// Exit status: 0 when the forward's n128 S agrees bit for bit with the backward's n64 S^T, 1 when
+// they differ, 2 on a CUDA error.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -261,8 +265,9 @@ int main(int argc, char** argv) {
     if (arg == "--help" || arg == "-h") {
       std::printf("usage: wgmma_role_check [--scale S] [--seed N]\n"
                   "  Computes one 64 x 64 x 128 tile of q.k dot products (inputs normal(0, S), fp16 and bf16)\n"
-                  "  with wgmma and with mma.sync, each taking Q as A and K as A, and reports which agree bit\n"
-                  "  for bit. Exit status 0: the two wgmma orders agree; 1: they differ; 2: CUDA error.\n");
+                  "  with wgmma n64 and mma.sync, each taking Q as A and K as A, and with wgmma n128 (Q as A,\n"
+                  "  the sm90 forward's shape), and reports which agree bit for bit. Exit status 0: the\n"
+                  "  forward's n128 S agrees with the backward's n64 S^T; 1: they differ; 2: CUDA error.\n");
       return 0;
     }
     if (arg == "--scale" && i + 1 < argc) {
