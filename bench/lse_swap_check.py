@@ -68,6 +68,30 @@ def main():
         print("    (%d,%2d,%4d)  %.6f / %.6f / %.6f  gap %.3g  max %.6f / %.6f" % (
             b_, h_, i_, lse_exact[b_, h_, i_].item(), lse_ft[b_, h_, i_].item(), lse_fa[b_, h_, i_].item(),
             gap[b_, h_, i_].item(), top2[b_, h_, i_, 0].item(), s32[b_, h_, i_].max().item()))
+    # The same rows' top dot product alone: one query, one key (its argmax), so lse = S * scale
+    # exactly up to its own rounding, and each forward's S can be read off its lse. Equal values
+    # mean the forwards compute q.k alike and the difference above comes from the row statistics.
+    picks = []
+    for f in idx.tolist():
+        b_, rest = divmod(f, d.shape[1] * d.shape[2])
+        h_, i_ = divmod(rest, d.shape[2])
+        picks.append((b_, h_, i_, int(torch.argmax(s[b_, h_, i_]).item())))
+    q1 = torch.stack([q64[b_, i_, h_] for b_, h_, i_, _ in picks]).view(len(picks), 1, 1, case.d)
+    k1 = torch.stack([k64[b_, j_, h_] for b_, h_, _, j_ in picks]).view(len(picks), 1, 1, case.d)
+    q1, k1 = q1.to(**dev).contiguous(), k1.to(**dev).contiguous()
+    v1 = torch.ones_like(k1)
+    _, lse1_ft = ops.fwd(q1, k1, v1, softmax_scale=scale)
+    lse1_fa = torch.ops.aten._scaled_dot_product_flash_attention(bhsd(q1), bhsd(k1), bhsd(v1), 0.0, False, False,
+                                                                 scale=scale)[1]
+    s1_32 = (q1.float().view(len(picks), case.d) * k1.float().view(len(picks), case.d)).double().cpu()
+    print("  one query, one key (the row's argmax): S = lse / scale; exact / flashtrain / FA2 / fp32 sum in order")
+    for n, (b_, h_, i_, j_) in enumerate(picks):
+        exact = (q64[b_, i_, h_] * k64[b_, j_, h_]).sum().item()
+        ordered = 0.0
+        for t in s1_32[n].tolist():  # sequential fp32 sum over d of the exact products
+            ordered = float(torch.tensor(ordered + t, dtype=torch.float32))
+        print("    (%d,%2d,%4d) key %4d  %.4f / %.4f / %.4f / %.4f" % (
+            b_, h_, i_, j_, exact, lse1_ft.flatten()[n].item() / scale, lse1_fa.flatten()[n].item() / scale, ordered))
 
     def ft_bwd(o, l):
         return ops.bwd(do, q, k, v, o, l.contiguous(), softmax_scale=scale)
