@@ -19,10 +19,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // The lse round trip between the forward and the backward, which must agree to well under an fp16
 // ulp of P: the backward recomputes P = exp2(s * scale_log2 - lse_log2) for the P the forward took
 // as exp2(s * scale_log2 - offset) / sum, with offset = max * scale_log2 rounded to fp32. With
-// logits ~1e3 the row's top probability is ~1, and three fp32 roundings at that magnitude (offset
-// + log2 sum, times ln 2, times log2 e) moved its exponent by up to ~6e-4, past the 3.5e-4 at
-// which fp16 rounds such a P down a step (issue #5's fp16 case: dV at 2x the rounding floor).
-// Both conversions run in fp64, once per row, so each result is rounded once.
+// logits ~1e3 a row's top probability is ~1, and fp16 rounds it down a step once its exponent is
+// 3.5e-4 low. Three fp32 roundings at that magnitude (offset + log2 sum, times ln 2, times log2 e)
+// moved it by up to ~4e-4; both conversions now run in fp64, once per row, so each result is
+// rounded once (H200, fp16 logits ~1e3: dK error 1.27e-3 -> 8.9e-4). The larger error was the
+// forwards' rescaling of the running sum (common/softmax.h, sm90/fwd_softmax_sm90.h).
 // lse = (offset + log2(sum)) * ln 2 from the forward's final row statistics.
 __device__ __forceinline__ float lse_from_row_stats(float offset, float sum) {
   return static_cast<float>((static_cast<double>(offset) + static_cast<double>(log2f(sum))) * 0.6931471805599453);

@@ -48,7 +48,12 @@ struct OnlineSoftmax {
       for (int c = 0; c < decltype(cute::size<1>(s))::value; ++c) m = fmaxf(m, s(r, c));
       m = quad_max(m);
       const float offset = exp2_offset(m, scale_log2);
-      const float correction = fast_exp2(row_max[r] * scale_log2 - offset);
+      // The previous tiles' offset, rounded as it was, minus this one: exactly 0 (a factor of
+      // exactly 1) while the max stays. Contracted into one FMA, old max * scale_log2 - offset
+      // was that offset's rounding residual, up to half an fp32 ulp of the scaled logit, and its
+      // factor 1 +- residual compounded over the row's key tiles into lse (not into out, which
+      // the same factor scaled): up to ~3e-3 at logits ~1e3, enough to double dV's error there.
+      const float correction = fast_exp2(__fmul_rn(row_max[r], scale_log2) - offset);
 #pragma unroll
       for (int c = 0; c < decltype(cute::size<1>(acc))::value; ++c) acc(r, c) *= correction;
       row_max[r] = m;
