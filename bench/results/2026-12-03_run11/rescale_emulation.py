@@ -8,7 +8,7 @@
 # Run: python3 bench/results/2026-12-03_run11/rescale_emulation.py (output: rescale_emulation.txt)
 import numpy as np
 f32=np.float32; rng=np.random.default_rng(0)
-H,S,D,BN=4,1024,128,128
+H,S,D=4,1024,128
 q=(rng.standard_normal((H,S,D))*30).astype(np.float16).astype(np.float64)
 k=(rng.standard_normal((H,S,D))*30).astype(np.float16).astype(np.float64)
 dO=(rng.standard_normal((H,S,D))).astype(np.float16).astype(np.float64)
@@ -19,7 +19,7 @@ P64=np.exp((Sx-Sx.max(-1,keepdims=True))*np.float64(scale)); P64/=P64.sum(-1,kee
 dv64=P64.transpose(0,2,1)@dO
 def err(dv): return np.abs(dv-dv64).max()/np.abs(dv64).max()
 def ex2(x): return np.exp2(x.astype(np.float64)).astype(f32)
-def fwd(mode):
+def fwd(mode, BN):
     m=np.full((H,S),-np.inf,f32); ssum=np.zeros((H,S),f32)
     for t in range(0,S,BN):
         st=S32[:,:,t:t+BN]
@@ -33,9 +33,11 @@ def fwd(mode):
     ms=(m.astype(np.float64)*np.float64(c)).astype(f32)
     return ((ms.astype(np.float64)+np.log2(ssum.astype(np.float64)))*np.log(2)).astype(f32)
 lse_exact=(np.log(np.exp((Sx-Sx.max(-1,keepdims=True))*np.float64(scale)).sum(-1))+Sx.max(-1)*np.float64(scale))
-for mode in ('fma','sub'):
-    lse=fwd(mode); lse2=(lse.astype(np.float64)*1.4426950408889634).astype(f32)
-    P=ex2((S32.astype(np.float64)*np.float64(c)-lse2[...,None]).astype(f32)).astype(np.float16).astype(np.float64)
-    dv=(P.transpose(0,2,1)@dO).astype(f32).astype(np.float16).astype(np.float64)
-    print(mode, "max|lse-exact| %.2e"%np.abs(lse-lse_exact).max(), "dv err %.3e"%err(dv))
+for BN, kernel in ((128, "sm90 forward, 128-key tiles"), (64, "sm80 forward, 64-key tiles")):
+  print(kernel)
+  for mode in ('fma','sub'):
+      lse=fwd(mode, BN); lse2=(lse.astype(np.float64)*1.4426950408889634).astype(f32)
+      P=ex2((S32.astype(np.float64)*np.float64(c)-lse2[...,None]).astype(f32)).astype(np.float16).astype(np.float64)
+      dv=(P.transpose(0,2,1)@dO).astype(f32).astype(np.float16).astype(np.float64)
+      print(" ", mode, "max|lse-exact| %.2e"%np.abs(lse-lse_exact).max(), "dv err %.3e"%err(dv))
 print("floor %.3e"%err(dv64.astype(np.float16).astype(np.float64)))
