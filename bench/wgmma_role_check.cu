@@ -45,85 +45,50 @@ using namespace cute;
 constexpr int kTile = 64;  // rows of each operand: queries and keys
 constexpr int kDim = 128;  // head dim (the contraction)
 
-template <class Element>
-struct RoleCheck {
-  using SmemLayout = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kTile>, Int<kDim>>{}));
-  using Mma = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kTile>, Int<kTile>, Int<kDim>>>()));
-  struct Smem {
-    array_aligned<Element, cosize_v<SmemLayout>, 1024> a;
-    array_aligned<Element, cosize_v<SmemLayout>, 1024> b;
-  };
-};
-
-// out_qk[i][j] = q_i . k_j with Q as A; out_kq[j][i] = k_j . q_i with K as A. One warpgroup.
-template <class Element>
-__global__ void __launch_bounds__(128, 1) role_kernel(const Element* q, const Element* k, float* out_qk, float* out_kq) {
-#ifdef FLASHTRAIN_SM90_DEVICE_CODE
-  using Check = RoleCheck<Element>;
-  extern __shared__ __align__(1024) char smem_raw[];
-  auto& smem = *reinterpret_cast<typename Check::Smem*>(smem_raw);
-  Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename Check::SmemLayout{});
-  Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename Check::SmemLayout{});
-  typename Check::Mma mma;
-  auto thr = mma.get_thread_slice(threadIdx.x);
-  auto run = [&](const Element* a, const Element* b, float* out) {
-    for (int i = threadIdx.x; i < kTile * kDim; i += blockDim.x) {
-      sA(i / kDim, i % kDim) = a[i];
-      sB(i / kDim, i % kDim) = b[i];
-    }
-    cutlass::arch::fence_view_async_shared();
-    __syncthreads();
-    Tensor tA = thr.partition_fragment_A(sA);
-    Tensor tB = thr.partition_fragment_B(sB);
-    Tensor acc = partition_fragment_C(mma, Shape<Int<kTile>, Int<kTile>>{});
-    flashtrain::cuda::sm90::wgmma_gemm<true, 0>(mma, tA, tB, acc);
-    Tensor gOut = make_tensor(make_gmem_ptr(out), make_layout(Shape<Int<kTile>, Int<kTile>>{}, LayoutRight{}));
-    Tensor tOut = thr.partition_C(gOut);
-    for (int i = 0; i < size(acc); ++i) tOut(i) = acc(i);
-    __syncthreads();  // the next run overwrites the operands
-  };
-  run(q, k, out_qk);
-  run(k, q, out_kq);
-#endif
-}
-
-// The sm90 forward's own instruction shape: S = Q K^T over kWide = 128 keys in one wgmma
-// (m64n128k16; the backward's S^T at D 128 is m64n64k16). out[i][j] = q_i . k_j, j < kWide.
+// out[i][j] = a_i . b_j for 64 rows of A and kKeys rows of B, one wgmma m64nKk16 chain over
+// D (kKeys = 64: the backward's S^T shape at D 128, either operand as A; kKeys = 128: the forward's
+// S = Q K^T). One warpgroup.
 constexpr int kWide = 128;
-template <class Element>
-struct WideCheck {
+template <class Element, int kKeys>
+struct WgmmaCheck {
   using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kTile>, Int<kDim>>{}));
-  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kWide>, Int<kDim>>{}));
+  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kKeys>, Int<kDim>>{}));
   using Mma = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kTile>, Int<kWide>, Int<kDim>>>()));
+      GMMA::ss_op_selector<Element, Element, float, Shape<Int<kTile>, Int<kKeys>, Int<kDim>>>()));
   struct Smem {
     array_aligned<Element, cosize_v<SmemLayoutA>, 1024> a;
     array_aligned<Element, cosize_v<SmemLayoutB>, 1024> b;
   };
 };
-template <class Element>
-__global__ void __launch_bounds__(128, 1) wide_kernel(const Element* q, const Element* k, float* out) {
+template <class Element, int kKeys>
+__global__ void __launch_bounds__(128, 1) wgmma_kernel(const Element* a, const Element* b, float* out) {
 #ifdef FLASHTRAIN_SM90_DEVICE_CODE
-  using Check = WideCheck<Element>;
+  using Check = WgmmaCheck<Element, kKeys>;
   extern __shared__ __align__(1024) char smem_raw[];
   auto& smem = *reinterpret_cast<typename Check::Smem*>(smem_raw);
   Tensor sA = make_tensor(make_smem_ptr(smem.a.data()), typename Check::SmemLayoutA{});
   Tensor sB = make_tensor(make_smem_ptr(smem.b.data()), typename Check::SmemLayoutB{});
-  for (int i = threadIdx.x; i < kTile * kDim; i += blockDim.x) sA(i / kDim, i % kDim) = q[i];
-  for (int i = threadIdx.x; i < kWide * kDim; i += blockDim.x) sB(i / kDim, i % kDim) = k[i];
+  for (int i = threadIdx.x; i < kTile * kDim; i += blockDim.x) sA(i / kDim, i % kDim) = a[i];
+  for (int i = threadIdx.x; i < kKeys * kDim; i += blockDim.x) sB(i / kDim, i % kDim) = b[i];
   cutlass::arch::fence_view_async_shared();
   __syncthreads();
   typename Check::Mma mma;
   auto thr = mma.get_thread_slice(threadIdx.x);
   Tensor tA = thr.partition_fragment_A(sA);
   Tensor tB = thr.partition_fragment_B(sB);
-  Tensor acc = partition_fragment_C(mma, Shape<Int<kTile>, Int<kWide>>{});
+  Tensor acc = partition_fragment_C(mma, Shape<Int<kTile>, Int<kKeys>>{});
   flashtrain::cuda::sm90::wgmma_gemm<true, 0>(mma, tA, tB, acc);
-  Tensor gOut = make_tensor(make_gmem_ptr(out), make_layout(Shape<Int<kTile>, Int<kWide>>{}, LayoutRight{}));
+  Tensor gOut = make_tensor(make_gmem_ptr(out), make_layout(Shape<Int<kTile>, Int<kKeys>>{}, LayoutRight{}));
   Tensor tOut = thr.partition_C(gOut);
   for (int i = 0; i < size(acc); ++i) tOut(i) = acc(i);
 #endif
+}
+// Launches wgmma_kernel<Element, kKeys> on one warpgroup with its shared memory.
+template <class Element, int kKeys>
+void launch_wgmma(const Element* a, const Element* b, float* out) {
+  const int smem = static_cast<int>(sizeof(typename WgmmaCheck<Element, kKeys>::Smem));
+  cudaFuncSetAttribute(wgmma_kernel<Element, kKeys>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  wgmma_kernel<Element, kKeys><<<1, 128, smem>>>(a, b, out);
 }
 
 // The same dot products with the sm80 instruction (mma.sync m16n8k16, fp32 accumulators), which
@@ -203,14 +168,11 @@ int check(float scale, unsigned seed, const char* name) {
   }
   cudaMemcpy(dq, q.data(), bytes, cudaMemcpyHostToDevice);
   cudaMemcpy(dk, k.data(), sizeof(Element) * k.size(), cudaMemcpyHostToDevice);
-  const int smem = static_cast<int>(sizeof(typename RoleCheck<Element>::Smem));
-  cudaFuncSetAttribute(role_kernel<Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  role_kernel<Element><<<1, 128, smem>>>(dq, dk, dout, dout + tile);
+  launch_wgmma<Element, kTile>(dq, dk, dout);
+  launch_wgmma<Element, kTile>(dk, dq, dout + tile);
   mma_sync_kernel<Element><<<1, 32>>>(dq, dk, dout + 2 * tile);
   mma_sync_kernel<Element><<<1, 32>>>(dk, dq, dout + 3 * tile);
-  const int smem_wide = static_cast<int>(sizeof(typename WideCheck<Element>::Smem));
-  cudaFuncSetAttribute(wide_kernel<Element>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_wide);
-  wide_kernel<Element><<<1, 128, smem_wide>>>(dq, dk, dout + 4 * tile);
+  launch_wgmma<Element, kWide>(dq, dk, dout + 4 * tile);
   if (cudaDeviceSynchronize() != cudaSuccess) {
     std::fprintf(stderr, "wgmma_role_check: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 2;

@@ -21,11 +21,6 @@ struct OnlineSoftmax {
   float row_max[kRows];  // running max of the raw scores, -inf until a visible key is seen
   float row_sum[kRows];  // this thread's partial sum of exp2(...) over its columns
 
-  // Offset subtracted inside exp2 for a row whose running max is m.
-  __device__ __forceinline__ static float exp2_offset(float m, float scale_log2) {
-    return m == -INFINITY ? 0.0f : m * scale_log2;
-  }
-
   __device__ __forceinline__ void init() {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -47,13 +42,8 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int c = 0; c < decltype(cute::size<1>(s))::value; ++c) m = fmaxf(m, s(r, c));
       m = quad_max(m);
-      const float offset = exp2_offset(m, scale_log2);
-      // The previous tiles' offset, rounded as it was, minus this one: exactly 0 (a factor of
-      // exactly 1) while the max stays. Contracted into one FMA, old max * scale_log2 - offset
-      // was that offset's rounding residual, up to half an fp32 ulp of the scaled logit, and its
-      // factor 1 +- residual compounded over the row's key tiles into lse (not into out, which
-      // the same factor scaled): up to ~3e-3 at logits ~1e3, enough to double dV's error there.
-      const float correction = fast_exp2(__fmul_rn(row_max[r], scale_log2) - offset);
+      const float offset = softmax_offset(m, scale_log2);
+      const float correction = softmax_rescale(row_max[r], scale_log2, offset);
 #pragma unroll
       for (int c = 0; c < decltype(cute::size<1>(acc))::value; ++c) acc(r, c) *= correction;
       row_max[r] = m;
@@ -76,8 +66,7 @@ struct OnlineSoftmax {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = !(sum > 0.0f);
       const float inv = empty ? 0.0f : out_scale / sum;
-      // The offset as update() rounded it (a separate product, not contracted into an FMA).
-      lse[r] = empty ? -INFINITY : lse_from_row_stats(__fmul_rn(row_max[r], scale_log2), sum);
+      lse[r] = empty ? -INFINITY : lse_from_row_stats(row_max[r], scale_log2, sum);
 #pragma unroll
       for (int c = 0; c < decltype(cute::size<1>(acc))::value; ++c) acc(r, c) *= inv;
     }

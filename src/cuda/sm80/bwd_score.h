@@ -22,16 +22,12 @@ struct ScoreLog2 {
 // slope * log2(e) (0 without ALiBi); diag_i - j: the element's signed distance from the diagonal.
 __device__ __forceinline__ ScoreLog2 bwd_score_log2(const BwdParams& p, float s, float lse2, float slope_log2,
                                                     int diag_i, int j) {
-  ScoreLog2 r{0.0f, 1.0f};
+  if (p.softcap <= 0.0f && slope_log2 == 0.0f) return {fmaf(s, p.scale_log2, -lse2), 1.0f};
+  ScoreLog2 r{s * p.scale_log2, 1.0f};
   if (p.softcap > 0.0f) {
     const float t = tanhf(s * p.scale_over_cap);
     r.exponent = p.softcap * kLog2e * t;
     r.dtanh = 1.0f - t * t;
-  } else if (slope_log2 == 0.0f) {
-    r.exponent = fmaf(s, p.scale_log2, -lse2);
-    return r;
-  } else {
-    r.exponent = s * p.scale_log2;
   }
   if (slope_log2 != 0.0f) r.exponent -= slope_log2 * static_cast<float>(abs(diag_i - j));
   r.exponent -= lse2;

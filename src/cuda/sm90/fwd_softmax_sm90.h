@@ -61,15 +61,9 @@ struct OnlineSoftmax {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 1; i < kChains; ++i) m = fmaxf(m, partial[i]);
       m = quad_max(m);
-      // A row with no visible key so far keeps max -inf; exponentiate against 0 instead so
-      // exp2(-inf - (-inf)) never makes a NaN: its P is then exactly 0.
-      const float m_scaled = m == -INFINITY ? 0.0f : m * scale_log2;
-      // The previous tiles' offset, rounded as it was, minus this one: exactly 0 (a factor of
-      // exactly 1) while the max stays (-inf, a factor of 0 on a zero accumulator, while the row
-      // had no visible key). Contracted into one FMA, old max * scale_log2 - m_scaled was the
-      // offset's rounding residual, and its factor 1 +- residual compounded over the key tiles
-      // into lse (not into out, which the same factor scaled): up to ~1.5e-3 at logits ~1e3.
-      o_scale[r] = kFirst ? 1.0f : fast_exp2(__fmul_rn(row_max[r], scale_log2) - m_scaled);
+      // A row with no visible key so far keeps max -inf and offset 0: its P is exactly 0.
+      const float m_scaled = softmax_offset(m, scale_log2);
+      o_scale[r] = kFirst ? 1.0f : softmax_rescale(row_max[r], scale_log2, m_scaled);
       row_max[r] = m;
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < kChains; ++i) partial[i] = 0.0f;
@@ -105,8 +99,7 @@ struct OnlineSoftmax {
       const float sum = quad_sum(row_sum[r]);
       const bool empty = sum == 0.0f;
       inv_sum[r] = empty ? 0.0f : 1.0f / sum;
-      // The offset as update() rounded it (a separate product, not contracted into an FMA).
-      lse[r] = empty ? -INFINITY : lse_from_row_stats(__fmul_rn(row_max[r], scale_log2), sum);
+      lse[r] = empty ? -INFINITY : lse_from_row_stats(row_max[r], scale_log2, sum);
     }
   }
 };
