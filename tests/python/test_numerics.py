@@ -157,6 +157,12 @@ def test_doctor_bar_ratios():
     assert bars["device"] == "cuda"
     assert bars["fused"] == pytest.approx(2.0 / 1.6)  # max over outputs: dk; best fused: flash
     assert bars["high"] == pytest.approx(1.0 / 0.8)
+    assert bars["runner_up"] is None  # one finite fused backend: nothing to compare it with
+    rows[-1] = row("sdpa-cudnn-cuda", 0.5)
+    rows[-2] = row("sdpa-efficient-cuda", 0.6)
+    (bars,) = doctor.bar_ratios(rows)
+    assert bars["fused"] == pytest.approx(2.0 / 1.0)  # best fused now cuDNN
+    assert bars["runner_up"] == pytest.approx(1.2 / 1.0)  # efficient over cuDNN; flash (1.6) is third
     (cpu,) = doctor.bar_ratios([row("flashtrain-cpu", 1.0), row("sdpa-math-cpu", 1.0, nonfinite=1)])
     assert cpu["fused"] is None and cpu["high"] is None
 
