@@ -8,12 +8,13 @@ each gradient to the dtype at the end. Here every product is exact (float64) and
 roundings are applied, one at a time, so each line isolates one term. dS for the dQ product:
   bf16           as the kernels do now
   fp16 row-exact dS * 2^e_i rounded to fp16, e_i from the row's largest |dS| (largest value below
-                 2^15), K in fp16 (exact: every bf16 K here is inside fp16's normal range)
-  ..., dK fp16 head  also dS for dK in fp16, one exponent per head (dK = dS^T Q sums over the
-                 rows, so a row's exponent cannot be undone after it), Q in fp16
+                 2^15), K rounded to fp16 (a bf16 K inside fp16's range converts exactly)
   fp16 row-bound the same with e_i from a bound the kernel can know before the row's dS exists:
                  |dS_ij| <= |dP_ij| + |D_i| <= 2 |dO_i| max_j |V_j|
   exact          no rounding of dS (the floor the other roundings leave)
+  fp16 row-exact, dK fp16 head  as fp16 row-exact, and dS for dK in fp16 too, one exponent per
+                 head (dK = dS^T Q sums over the rows, so a row's exponent cannot be undone after
+                 the sum), Q rounded to fp16
 Errors are the doctor's (max |x - x64| / max |x64|, python/flashtrain/doctor.py compare()).
 
 Usage: FLASHTRAIN_TORCH_LIBRARY=... PYTHONPATH=python python3 bench/results/2026-12-03_run12/ds_rounding_emulation.py
@@ -63,16 +64,17 @@ def emulate(case, q, k, v, dout):
     dk = rnd(fold(torch.matmul(rnd(ds, dt).transpose(-1, -2), qh) * scale), dt)
     row_max = ds.abs().amax(-1, keepdim=True).clamp_min(1e-300)
     bound = 2 * doh.norm(dim=-1, keepdim=True) * vh.norm(dim=-1).amax(-1, keepdim=True).unsqueeze(-1)
+    kh16 = rnd(kh, torch.float16)
     variants = {
-        "bf16": rnd(ds, dt),
-        "fp16 row-exact": fp16_rows(ds, torch.floor(torch.log2(row_max))),
-        "fp16 row-bound": fp16_rows(ds, torch.floor(torch.log2(bound.clamp_min(1e-300)))),
-        "exact": ds,
+        "bf16": (rnd(ds, dt), kh),
+        "fp16 row-exact": (fp16_rows(ds, torch.floor(torch.log2(row_max))), kh16),
+        "fp16 row-bound": (fp16_rows(ds, torch.floor(torch.log2(bound.clamp_min(1e-300)))), kh16),
+        "exact": (ds, kh),
     }
     o = out.transpose(1, 2)
     results = {}
-    for name, ds_q in variants.items():
-        dq = rnd(torch.matmul(ds_q, kh) * scale, dt).transpose(1, 2)
+    for name, (ds_q, k_q) in variants.items():
+        dq = rnd(torch.matmul(ds_q, k_q) * scale, dt).transpose(1, 2)
         results[name] = (o, dq, dk, dv)
     # dK = dS^T Q sums over query rows, so a per-row exponent would have to be undone inside the
     # sum: one exponent per head instead (Q here fits fp16 unscaled).
