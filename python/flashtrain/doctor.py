@@ -11,7 +11,7 @@ the best of torch's fused backends (at most 1.1x) and precision="high"'s dq / dk
 math backend (at most 1.25x); a baseline with spurious non-finite values has no finite error. Its
 last column, with no bar, puts the first in scale: torch's second best fused backend over its best.
 
-    python -m flashtrain.doctor [--quick] [--device cpu|cuda] [--case NAME ...] [--seed N]
+    python -m flashtrain.doctor [--quick] [--device cpu|cuda] [--case NAME ...] [--seed N | --seeds A-B]
 """
 import argparse
 import math
@@ -292,16 +292,80 @@ def print_bars(rows, out):
           file=out)
 
 
+def parse_seeds(text):
+    """'0-5' -> [0, 1, 2, 3, 4, 5]; '0,3,7' -> [0, 3, 7] (ranges and lists may mix)."""
+    seeds = []
+    for part in text.split(","):
+        first, sep, last = part.strip().partition("-")
+        try:
+            lo = int(first)
+            hi = int(last) if sep else lo
+        except ValueError:
+            raise argparse.ArgumentTypeError("takes N, A-B or a comma list of them, not %r" % text)
+        if hi < lo:
+            raise argparse.ArgumentTypeError("range %r runs backwards" % part)
+        seeds.extend(range(lo, hi + 1))
+    return seeds
+
+
+def seed_summary(bars_by_seed):
+    """Issue #5's bars over several draws of the inputs: per (case, device), the worst ratio of each
+    column and how many seeds put flashtrain above its bar. `bars_by_seed`: {seed: bar_ratios()}."""
+    table = {}
+    for seed, bars in bars_by_seed.items():
+        for b in bars:
+            entry = table.setdefault((b["case"], b["device"]), {"case": b["case"], "device": b["device"],
+                                                                 "seeds": 0, "fused": [], "high": [], "runner_up": []})
+            entry["seeds"] += 1
+            for key in ("fused", "high", "runner_up"):
+                if b[key] is not None:
+                    entry[key].append(b[key])
+    result = []
+    for entry in table.values():
+        result.append({"case": entry["case"], "device": entry["device"], "seeds": entry["seeds"],
+                       "fused": max(entry["fused"], default=None),
+                       "fused_above": sum(x > 1.1 for x in entry["fused"]),
+                       "high": max(entry["high"], default=None),
+                       "high_above": sum(x > 1.25 for x in entry["high"]),
+                       "runner_up": max(entry["runner_up"], default=None),
+                       "runner_up_above": sum(x > 1.1 for x in entry["runner_up"])})
+    return result
+
+
+def print_seed_summary(bars_by_seed, out):
+    def cell(worst, above):
+        return "%13s" % "-" if worst is None else "%7.2f (%2d)" % (worst, above)
+
+    print("\nissue #5 bars over seeds %s: the worst ratio of each column (in parentheses: seeds above "
+          "1.1 / 1.25 / 1.1):" % ",".join(str(x) for x in bars_by_seed), file=out)
+    print("%-36s %-6s %13s %13s %13s" % ("case", "device", "vs fused", "high/math", "runner-up"), file=out)
+    for r in seed_summary(bars_by_seed):
+        print("%-36s %-6s %s %s %s" % (r["case"], r["device"], cell(r["fused"], r["fused_above"]),
+                                       cell(r["high"], r["high_above"]),
+                                       cell(r["runner_up"], r["runner_up_above"])), file=out)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m flashtrain.doctor", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds on a CPU)")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="only this device's backends")
     parser.add_argument("--case", action="append", help="only cases whose name contains this")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0, the suite's)")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0, the suite's)")
+    seeds.add_argument("--seeds", type=parse_seeds, metavar="A-B|A,B,...",
+                       help="run the suite once per seed, then the bars' worst ratios over the seeds")
     args = parser.parse_args(argv)
-    rows = run_suite(args.quick, args.device, args.case, seed=args.seed)
-    bad = [r for r in rows if r["backend"].startswith("flashtrain") and r.get("nonfinite", 0) > 0]
+    bad = []
+    bars_by_seed = {}
+    for seed in args.seeds or [args.seed]:
+        if args.seeds:
+            print("\n=== seed %d" % seed)
+        rows = run_suite(args.quick, args.device, args.case, seed=seed)
+        bars_by_seed[seed] = bar_ratios(rows)
+        bad += [r for r in rows if r["backend"].startswith("flashtrain") and r.get("nonfinite", 0) > 0]
+    if args.seeds:
+        print_seed_summary(bars_by_seed, sys.stdout)
     return 1 if bad else 0
 
 

@@ -167,6 +167,24 @@ def test_doctor_bar_ratios():
     assert cpu["fused"] is None and cpu["high"] is None
 
 
+def test_doctor_seeds_summary():
+    # --seeds A-B: one suite per seed, then each bar's worst ratio and how many seeds exceed it.
+    assert doctor.parse_seeds("0-2,7") == [0, 1, 2, 7]
+    with pytest.raises(Exception):
+        doctor.parse_seeds("3-1")
+
+    def bars(fused, high, runner_up):
+        return [{"case": "c", "device": "cuda", "fused": fused, "high": high, "runner_up": runner_up}]
+    (r,) = doctor.seed_summary({0: bars(1.05, 0.9, 1.2), 1: bars(1.3, None, 1.0), 2: bars(1.12, 1.3, None)})
+    assert r["seeds"] == 3
+    assert (r["fused"], r["fused_above"]) == (1.3, 2)
+    assert (r["high"], r["high_above"]) == (1.3, 1)
+    assert (r["runner_up"], r["runner_up_above"]) == (1.2, 1)
+    text = io.StringIO()
+    doctor.print_seed_summary({0: bars(1.05, 0.9, 1.2), 1: bars(1.3, None, 1.0)}, text)
+    assert "1.30 ( 1)" in text.getvalue()
+    assert doctor.main(["--quick", "--device", "cpu", "--case", "seqlen 1", "--seeds", "0-1"]) == 0
+
 def test_doctor_seed_draws_other_inputs():
     # --seed N: the same case with other inputs (one draw decides a maximum error).
     case = doctor.Case("check", 1, 9, 9, 2, 2, 8, torch.float32)
