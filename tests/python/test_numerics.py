@@ -185,6 +185,7 @@ def test_doctor_seeds_summary():
     assert "1.30 ( 1)" in text.getvalue()
     assert doctor.main(["--quick", "--device", "cpu", "--case", "seqlen 1", "--seeds", "0-1"]) == 0
 
+
 def test_doctor_seed_draws_other_inputs():
     # --seed N: the same case with other inputs (one draw decides a maximum error).
     case = doctor.Case("check", 1, 9, 9, 2, 2, 8, torch.float32)
