@@ -1,5 +1,6 @@
 // Device math used on every score: the exp2 of the online softmax, its row statistics (offset,
-// rescale factor, lse) and the lse conversion the backward reads.
+// rescale factor, lse) and the lse conversion the backward reads; exact powers of two for the
+// backward's dS scaling.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -48,5 +49,11 @@ __device__ __forceinline__ float lse_from_row_stats(float row_max, float scale_l
 __device__ __forceinline__ float lse_to_log2(float lse) {
   return lse == -INFINITY ? INFINITY : static_cast<float>(static_cast<double>(lse) * 1.4426950408889634);
 }
+
+// 2^e as a float, for e in [-126, 127], built from its exponent bits (exact, no libm call).
+__device__ __forceinline__ float exact_pow2(int e) { return __int_as_float((127 + e) << 23); }
+// The least b with x < 2^b for a finite x >= 0 that is a normal float (-126 for 0 and subnormals,
+// which are all below 2^-126): its unbiased exponent plus one, read from its bits.
+__device__ __forceinline__ int exponent_above(float x) { return ((__float_as_int(x) >> 23) & 0xff) - 126; }
 
 }  // namespace flashtrain::cuda

@@ -30,6 +30,7 @@ struct BwdParams {
   float* lse_log2;
   float* dsum;
   float* lse_fix;
+  float* do_scale;
   float* dq_accum;
   int* dq_sema;
   float* dk_accum;
@@ -135,10 +136,12 @@ inline BwdParams make_bwd_params(const Problem& p, const BwdPlan& plan, void* wo
     r.lse_log2 = static_cast<float*>(p.dq.data);
     r.dsum = r.lse_log2 + p.heads_q * p.total_q;
     r.lse_fix = r.dsum + p.heads_q * p.total_q;
+    r.do_scale = r.lse_fix + p.heads_q * p.total_q;
   } else {
     r.lse_log2 = reinterpret_cast<float*>(ws + plan.lse_log2);
     r.dsum = reinterpret_cast<float*>(ws + plan.dsum);
     r.lse_fix = reinterpret_cast<float*>(ws + plan.lse_fix);
+    r.do_scale = reinterpret_cast<float*>(ws + plan.do_scale);
   }
   r.dq_accum = reinterpret_cast<float*>(ws + plan.dq_accum);
   r.dq_sema = plan.dq_sema_elems ? reinterpret_cast<int*>(ws + plan.dq_sema) : nullptr;

@@ -12,7 +12,10 @@
 //                                            recomputes, written by its exact-D pass
 //                                            (bwd_exact_dsum.h); the safe main kernel subtracts it
 //                                            so those rows sum to 1
-//             (all three in dq's own memory instead when BwdPlan::stats_in_dq)
+//   do_scale  float [Hq][total_q]            2^-b with max_k |dO_ik| < 2^b (1 for a zero row): the
+//                                            row's part of the sm90 bf16 kernel's fp16 dS scale
+//                                            (src/cuda/sm90/bwd_ds_scale_sm90.h)
+//             (all four in dq's own memory instead when BwdPlan::stats_in_dq)
 //   dq_accum  float [total_q][Hq][Dqk]       fp32 dQ, scaled by softmax_scale, zeroed by preprocess
 //   dq_sema   int   [B][Hq][m_blocks]        deterministic only: how many KV tiles have added into
 //                                            each dQ tile; fixes the order of the fp32 additions
@@ -70,8 +73,8 @@ struct BwdPlan {
   int m_blocks = 0;     // Q tiles of the longest query sequence
   int n_blocks = 0;     // KV tiles of the longest key sequence (grid.x)
   int head_chunks = 1;  // blocks sharing one KV head's query-head group (grid.z = Hk * chunks)
-  bool stats_in_dq = false;  // lse_log2, dsum and lse_fix at the start of dq's memory, not in the workspace
-  std::size_t lse_log2 = 0, dsum = 0, lse_fix = 0, dq_accum = 0, dq_sema = 0, dk_accum = 0, dv_accum = 0, numerics = 0;
+  bool stats_in_dq = false;  // the row statistics at the start of dq's memory, not in the workspace
+  std::size_t lse_log2 = 0, dsum = 0, lse_fix = 0, do_scale = 0, dq_accum = 0, dq_sema = 0, dk_accum = 0, dv_accum = 0, numerics = 0;
   std::size_t dq_accum_elems = 0, dk_accum_elems = 0, dv_accum_elems = 0, dq_sema_elems = 0;
   std::size_t total_bytes = 0;
 

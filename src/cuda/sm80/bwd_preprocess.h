@@ -1,8 +1,9 @@
 // Backward stage 1: D = rowsum(dO * O) in fp32 per (row, query head), lse rewritten in log2 units
-// with fully masked rows mapped to +inf, the fp32 accumulators / semaphores and the guard's words
-// zeroed. The safe pass (BwdPass::kSafe) runs only when the normal pass raised the guard's flag:
-// it counts the rerun, writes D and lse_log2 again (they may live in dq's memory, which the normal
-// pass's postprocess overwrote: BwdPlan::stats_in_dq) and zeroes the accumulators again.
+// with fully masked rows mapped to +inf, dO's row scale (bwd_plan.h's do_scale: 2^-b with
+// max_k |dO_ik| < 2^b), the fp32 accumulators / semaphores and the guard's words zeroed. The safe
+// pass (BwdPass::kSafe) runs only when the normal pass raised the guard's flag: it counts the
+// rerun, writes the row statistics again (they may live in dq's memory, which the normal pass's
+// postprocess overwrote: BwdPlan::stats_in_dq) and zeroes the accumulators again.
 // With dropout, out already holds dropout(P) @ V, so rowsum(dO * O) = sum_j P_ij dL/dP_ij stays
 // the right correction term for dS.
 #pragma once
@@ -40,6 +41,7 @@ __device__ __forceinline__ void bwd_preprocess_rows(const BwdParams& p, const in
   const int i = p.varlen ? r : r - b * p.max_seqlen_q;
 
   float sum = 0.0f;
+  float do_max = 0.0f;  // max_k |dO_ik|
   if (valid) {
     const Element* o = static_cast<const Element*>(p.out) + static_cast<int64_t>(b) * p.so.batch +
                        static_cast<int64_t>(i) * p.so.seq + static_cast<int64_t>(h) * p.so.head;
@@ -52,12 +54,16 @@ __device__ __forceinline__ void bwd_preprocess_rows(const BwdParams& p, const in
       const Element* oe = reinterpret_cast<const Element*>(&ov);
       const Element* de = reinterpret_cast<const Element*>(&dv);
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) sum += static_cast<float>(oe[e]) * static_cast<float>(de[e]);
+      for (int e = 0; e < kVec; ++e) {
+        sum += static_cast<float>(oe[e]) * static_cast<float>(de[e]);
+        do_max = fmaxf(do_max, fabsf(static_cast<float>(de[e])));
+      }
     }
   }
 #pragma unroll
   for (int width = kThreadsPerRow / 2; width > 0; width /= 2) {
     sum += __shfl_xor_sync(0xffffffffu, sum, width);
+    do_max = fmaxf(do_max, __shfl_xor_sync(0xffffffffu, do_max, width));
   }
 
   if (valid) {
@@ -68,6 +74,8 @@ __device__ __forceinline__ void bwd_preprocess_rows(const BwdParams& p, const in
                               static_cast<int64_t>(h) * p.lse_head_stride +
                               static_cast<int64_t>(i) * p.lse_row_stride];
       p.lse_log2[stat] = lse_to_log2(lse);
+      // Clamped so that the sm90 kernel's products of it with a power of two stay normal floats.
+      p.do_scale[stat] = exact_pow2(-min(max(exponent_above(do_max), -100), 100));
     }
     float4* dq = reinterpret_cast<float4*>(p.dq_accum + (static_cast<int64_t>(r) * p.heads_q + h) * kDimQK);
 #pragma unroll

@@ -26,6 +26,7 @@
 
 #include <cute/tensor.hpp>
 
+#include "../common/fast_math.h"
 #include "../common/fragment.h"
 #include "bwd_plan.h"
 
@@ -36,9 +37,6 @@ constexpr int kSafeDsLog2Max = 15;
 // The largest exponent the pass uses (2^-kSafeMaxExponent stays a normal fp32 number; |dS| of
 // finite fp16/bf16 inputs is far below 2^(kSafeDsLog2Max + kSafeMaxExponent)).
 constexpr int kSafeMaxExponent = 120;
-
-// 2^e as a float, for e in [-126, 127], built from its exponent bits (exact, no libm call).
-__device__ __forceinline__ float exact_pow2(int e) { return __int_as_float((127 + e) << 23); }
 
 // The exponent e >= 0 that brings max |ds| over the whole block below 2^kSafeDsLog2Max. `scratch`
 // is kNWarps floats of shared memory that no thread reads between the two barriers. The whole

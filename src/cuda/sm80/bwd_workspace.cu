@@ -14,6 +14,8 @@ namespace {
 // Splitting costs fp32 atomics on dK/dV and a postprocess pass, so it is only worth it when
 // the plain grid leaves SMs idle.
 constexpr int kTargetBlocksPerSm = 2;
+// Row statistics per (row, query head): lse_log2, dsum, lse_fix, do_scale (bwd_plan.h).
+constexpr std::size_t kRowStats = 4;
 
 std::size_t align_up(std::size_t bytes) {
   return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
@@ -84,17 +86,18 @@ BwdPlan make_bwd_plan(const Problem& p) {
     offset += align_up(bytes);
     return at;
   };
-  // D, lse * log2e and its fix (the row statistics) live in dq's own memory when it is one dense, 16-byte
+  // The row statistics (lse * log2e, D, lse's fix, dO's scale) live in dq's own memory when it is one dense, 16-byte
   // aligned block with room for them: only the postprocess writes dq, after the last reader of the
   // statistics (and the safe pass recomputes them). The workspace then holds just the fp32
   // accumulators, which keeps the extra memory of a backward at cuDNN's.
   const std::size_t dq_bytes = static_cast<std::size_t>(p.dq.numel()) * dtype_size(p.dq.dtype);
   plan.stats_in_dq = p.dq.defined() && dense_block(p.dq) && reinterpret_cast<std::uintptr_t>(p.dq.data) % 16 == 0 &&
-                     dq_bytes >= 3 * row_stats;
+                     dq_bytes >= kRowStats * row_stats;
   if (!plan.stats_in_dq) {
     plan.lse_log2 = take(row_stats);
     plan.dsum = take(row_stats);
     plan.lse_fix = take(row_stats);
+    plan.do_scale = take(row_stats);
   }
   plan.dq_accum = take(plan.dq_accum_elems * sizeof(float));
   plan.dq_sema = take(plan.dq_sema_elems * sizeof(int));

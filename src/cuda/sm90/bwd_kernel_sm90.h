@@ -7,10 +7,12 @@
 //   S^T  = K Q^T,  dP^T = V dO^T                          (wgmma, shared x shared, in flight together)
 //   P^T  = exp2(S^T * scale log2e - lse log2e)             (0 outside the mask and for rows past Sq)
 //   dV  += P^T dO                                          (wgmma, P^T from registers)
-//   dS^T = P^T * (dP^T - D)  -> registers and shared memory
+//   dS^T = P^T * (dP^T - D)  -> registers and shared memory (bf16 inputs: fp16, row-scaled,
+//                                                          bwd_ds_scale_sm90.h)
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
 //   -- block barrier: both warpgroups' dS written --
-//   dQ   = dS K (columns split over the warpgroups), staged in shared memory times scale; each
+//   dQ   = dS K (columns split over the warpgroups; bf16 inputs: the fp16 copy of K), staged in
+//          shared memory times scale (bf16: and the inverse scales of dS and K); each
 //          warpgroup adds its columns into dq_accum by TMA reduction (in the fixed turns of
 //          tile_range.h's deterministic schedule when kDeterministic, a turn passing on at the
 //          next step's dS barrier once both warpgroups' additions are complete; the walk over Q
@@ -33,6 +35,7 @@
 #include "../sm80/bwd_epilogue.h"
 #include "../sm80/bwd_params.h"
 #include "../sm80/bwd_row_stats.h"
+#include "bwd_ds_scale_sm90.h"
 #include "bwd_kernel_traits_sm90.h"
 #include "bwd_smem_stores_sm90.h"
 #include "device_code_sm90.h"
@@ -107,6 +110,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using cutlass::arch::ClusterBarrier;
   using cutlass::arch::ClusterTransactionBarrier;
   using Element = typename Traits::Element;
+  using ElementdQ = typename Traits::ElementdQ;
   using SharedStorage = typename Traits::SharedStorage;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kBlockN = Traits::kBlockN;
@@ -134,7 +138,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   // ---- shared memory and TMA --------------------------------------------------------------
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
-  Tensor sKt = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKt{});
+  ElementdQ* k_dq;  // the B operand of dQ = dS K
+  if constexpr (Traits::kScaledDs) {
+    k_dq = s.k_dq.data();
+  } else {
+    k_dq = s.k.data();
+  }
+  Tensor sKt = make_tensor(make_smem_ptr(k_dq), typename Traits::SmemLayoutKt{});
   Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Traits::SmemLayoutKV{});
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdO{});
   Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdOt{});
@@ -180,13 +190,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
     copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
   };
-  // Row statistics of `step` into `stage` (bwd_row_stats.h), made visible by the dS barrier of
-  // the step issuing them (each thread waits for its own copies before it).
+  // Row statistics of `step` into `stage` (bwd_row_stats.h; bf16: and f_i into the step's scale
+  // slot), made visible by the dS barrier of the step issuing them (each thread waits for its own
+  // copies before it, and then turns its rows' f_i into s_i: finish_stats).
   static_assert(2 * kBlockM <= Traits::kNumThreads, "one thread per row statistic");
   auto load_stats = [&](int step, int stage) {
-    sm80::fetch_row_stats(p, geo, step_head(step), step_m_block(step) * kBlockM, kBlockM, tid, s.lse_log2[stage],
-                          s.dsum[stage]);
+    fetch_step_stats<Traits>(p, geo, step_head(step), step_m_block(step) * kBlockM, tid, s.lse_log2[stage],
+                             s.dsum[stage], s.ds_scale[step % Traits::kScaleSlots]);
     cute::cp_async_fence();
+  };
+  // bf16: s.v_max, the tile's max |V|, is set in the prologue (bwd_ds_scale_sm90.h). It and
+  // s.dq_scale live in shared memory, not in registers the main loop would lack.
+  auto finish_stats = [&](int step, int stage) {
+    if constexpr (Traits::kScaledDs)
+      finish_row_scale<Traits>(tid, s.dsum[stage], s.ds_scale[step % Traits::kScaleSlots], s.v_max);
   };
 
   if (num_steps > 0) {
@@ -205,7 +222,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         if (i < num_steps) load_qdo(i, i);
     }
     load_stats(0, 0);
+    float v_max = 0.0f;
+    int k_exp = 0;
+    if constexpr (Traits::kScaledDs) {
+      ClusterBarrier::wait(&s.kv_full, 0);
+      convert_k_for_dq<Traits>(s.k.data(), s.v.data(), s.k_dq.data(), s.scratch, tid, v_max, k_exp);
+    }
+    if (Traits::kScaledDs && tid == 0) {
+      s.v_max = v_max;
+      s.dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
+    }
     cute::cp_async_wait<0>();
+    if constexpr (Traits::kScaledDs) finish_row_scale<Traits>(tid, s.dsum[0], s.ds_scale[0], v_max);
     __syncthreads();
   }
 
@@ -267,7 +295,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const int m0 = m_block * kBlockM;
     // The other stage's statistics were last read before the previous step's dS barrier.
     if (step + 1 < num_steps) load_stats(step + 1, stage ^ 1);
-    if (step == 0) ClusterBarrier::wait(&s.kv_full, 0);
+    if (!Traits::kScaledDs && step == 0) ClusterBarrier::wait(&s.kv_full, 0);
     ClusterBarrier::wait(&s.qdo_full[stage], static_cast<uint32_t>((step / kStages) & 1));
 
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
@@ -326,8 +354,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);
     // dS^T into this step's dS buffer, last read by the dQ GEMMs two steps back (retired before
-    // the last dS barrier).
-    store_ds_transposed<Traits>(ds_smem, tOrdS, ds_stage, tid);
+    // the last dS barrier). bf16: fp16(dS^T s_i) (before the dK GEMM, whose operand registers
+    // would otherwise be live next to the fp32 dS^T).
+    if constexpr (Traits::kScaledDs) {
+      store_ds_transposed_scaled<Traits>(ds_smem, tdPrdP, s.ds_scale[step % Traits::kScaleSlots], ds_stage, tid);
+    } else {
+      store_ds_transposed<Traits>(ds_smem, tOrdS, ds_stage, tid);
+    }
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
     cutlass::arch::fence_view_async_shared();     // dS stores visible to the wgmma (async proxy)
     if (wg_tid == 0) {
@@ -340,6 +373,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
     cute::cp_async_wait<0>();  // the next step's row statistics (issued at the top)
+    if (step + 1 < num_steps) finish_stats(step + 1, stage ^ 1);
     __syncthreads();           // the dS barrier: both warpgroups' keys of dS written
     if constexpr (kDeterministic) {
       // Both warpgroups' additions of the last step are in global memory, so its dQ turn passes
@@ -355,6 +389,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     wgmma_gemm<true, 0>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);  // also retires dV and dK
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dv);
+    // The staging's row factors, loaded ahead of the release below (an acq_rel atomic, which no
+    // load may pass): scale for fp16; for bf16 also 2^-eK / s_i (bwd_ds_scale_sm90.h).
+    cute::array<float, 2 * kBlockM / 64> dq_factors;
+    if constexpr (Traits::kScaledDs) {
+      dq_factors = dq_row_factors<Traits>(s.ds_scale[step % Traits::kScaleSlots], s.dq_scale, tid);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < static_cast<int>(dq_factors.size()); ++i) dq_factors[i] = p.scale;
+    }
     // Every wgmma of this warpgroup that reads this Q / dO stage has completed (the wait above
     // covers the whole warpgroup's batches). The second warpgroup to get here refills the stage.
     if (wg_tid == 0) {
@@ -362,7 +405,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       const uint32_t before = released.fetch_add(1u, ::cuda::memory_order_acq_rel);
       if ((before & 1u) != 0 && step + kStages < num_steps) load_qdo(step + kStages, stage);
     }
-    store_dq_staging<Traits>(dq_smem, acc_dq, p.scale, tid);
+    store_dq_staging<Traits>(dq_smem, acc_dq, dq_factors, tid);
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
     // This warpgroup's columns staged (barrier wg: its threads alone).
     cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(wg));

@@ -44,6 +44,12 @@ struct BwdTraits {
   static constexpr int kKeysPerWarpGroup = kBlockN / kNumWarpGroups;
   static_assert(kKeysPerWarpGroup == 64, "one 64-row wgmma slab of keys per warpgroup");
 
+  // bf16 inputs: dQ = dS K reads dS and a copy of K in fp16, scaled by powers of two
+  // (bwd_ds_scale_sm90.h). fp16 inputs read their own dS and K.
+  static constexpr bool kScaledDs = cute::is_same_v<Element, cutlass::bfloat16_t>;
+  using ElementdQ = cutlass::half_t;  // the dQ GEMM's operands
+  static constexpr int kScaleSlots = 3;  // s_i of the step before, this one and the next
+
   using Int_M = cute::Int<kBlockM>;
   using Int_N = cute::Int<kBlockN>;
   using Int_D = cute::Int<kHeadDim>;
@@ -61,11 +67,11 @@ struct BwdTraits {
                                  cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
   // dQ = dS K: (queries x D x keys); the warpgroups split D. A = dS from shared memory (queries
-  // contiguous, MN-major), B = K read transposed (MN-major).
+  // contiguous, MN-major), B = K (bf16 inputs: its fp16 copy) read transposed (MN-major).
   using TileShapedQAtom = cute::Shape<Int_M, cute::Int<kHeadDim / kNumWarpGroups>, Int_N>;
   using TileShapedQ = cute::Shape<Int_M, Int_D, Int_N>;
   using TiledMmadQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapedQAtom, cute::GMMA::Major::MN,
+      cute::GMMA::ss_op_selector<ElementdQ, ElementdQ, ElementAccum, TileShapedQAtom, cute::GMMA::Major::MN,
                                  cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
 
@@ -83,7 +89,7 @@ struct BwdTraits {
                                                  cute::Step<cute::_2, cute::_1, cute::_3>{})));
   // dS (queries x keys x buffer), queries contiguous: written from the dS^T accumulators (whose
   // register pairs are adjacent queries) and read as the MN-major A operand of dQ = dS K.
-  using SmemAtomdS = cute::GMMA::Layout_MN_SW128_Atom<Element>;  // 64 x 8 elements, queries contiguous
+  using SmemAtomdS = cute::GMMA::Layout_MN_SW128_Atom<ElementdQ>;  // 64 x 8 elements, queries contiguous
   using SmemLayoutdS = decltype(cute::tile_to_shape(SmemAtomdS{}, cute::Shape<Int_M, Int_N, cute::Int<kStagesdS>>{}));
   // dS^T (keys x queries x buffer) over the same bytes: what bwd_smem_stores_sm90.h's dS offsets
   // must agree with (tests/cpp/sm90_smem_layout_test.cu).
@@ -128,10 +134,18 @@ struct BwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> v;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> q;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> dout;
-    cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>, kSmemAlign> ds;
+    cute::array_aligned<ElementdQ, cute::cosize_v<SmemLayoutdS>, kSmemAlign> ds;
     cute::array_aligned<float, cute::cosize_v<SmemLayoutdQ>, kSmemAlign> dq;
+    // K * 2^eK in fp16 (kScaledDs; one vector otherwise).
+    cute::array_aligned<ElementdQ, kScaledDs ? cute::cosize_v<SmemLayoutKV> : 8, kSmemAlign> k_dq;
     float lse_log2[kStages][kBlockM];  // lse * log2(e) of the stage's rows (+inf past the sequence)
     float dsum[kStages][kBlockM];      // D = rowsum(dO * O) of the stage's rows (0 past the sequence)
+    // kScaledDs: s_i of step t's rows in slot t % kScaleSlots, read by its dQ staging after the
+    // step's dS barrier, so a slot is rewritten only two dS barriers later.
+    float ds_scale[kScaleSlots][kBlockM];
+    float scratch[2 * kNumThreads / 32];  // the prologue's block reductions
+    float v_max;                          // kScaledDs: the tile's max |V|
+    float dq_scale;                       // the dQ staging's factor before 1 / s_i: scale (* 2^-eK)
     uint64_t kv_full;                  // TMA of K and V landed
     uint64_t qdo_full[kStages];        // TMA of a Q and dO tile landed
     // Warpgroups done with a Q / dO stage, counted up by one per warpgroup and step: the one

@@ -1,0 +1,147 @@
+// bf16 inputs: the sm90 backward's dQ = dS K on fp16 operands scaled by exact powers of two.
+//
+// Rounding dS to bf16 (8 significant bits) before dQ = dS K is what puts the default backward's dQ
+// error above the floor on large GQA groups (issue 5: 16:1, dq 4.22e-3 where fp32 dS gives
+// 2.70e-3). fp16 keeps 11 bits, but only over [2^-24, 65504]; bf16 dS spans fp32's range. So the
+// dQ GEMM reads
+//   fp16(dS_ij * s_i)  and  fp16(K_jd * 2^eK)
+// and the dQ staging multiplies row i by scale * 2^-eK / s_i, which undoes both exactly:
+//   eK  per block, from the tile's max |K|: |K * 2^eK| < 2^kDqOperandLog2Max, so every bf16 K
+//       converts exactly (bf16's 8 bits fit fp16's 11) unless it is 2^-28 of the tile's max;
+//   s_i per query row, from a bound that holds before dS exists,
+//       |dS_ij| = P_ij |dP_ij - D_i| <= |dP_ij| + |D_i| <= Dh max_k |dO_ik| max|V of the tile| + |D_i|,
+//       with f_i = 2^-b, max_k |dO_ik| < 2^b, from the preprocess (bwd_plan.h's do_scale):
+//       s_i = f_i 2^(kDqOperandLog2Max - c), Dh maxV + |D_i| f_i < 2^c, so |dS_ij s_i| < 2^14.
+// The bound is loose (by about the row's key count), but fp16 is finer than bf16 everywhere above
+// 2^-16 (subnormal spacing 2^-24 against bf16's relative 2^-9), 2^30 below the bound. A bound
+// broken anyway (a caller's lse that makes P > 1) overflows to Inf in dQ, which raises the
+// guard's flag and reruns the backward in the safe pass.
+// The dK GEMM keeps bf16 dS from registers: dK_j = sum_i dS_ij Q_i cannot undo a per-row scale.
+#pragma once
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/arch/copy_sm80.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "../common/fast_math.h"
+#include "../sm80/bwd_params.h"
+#include "../sm80/bwd_row_stats.h"
+
+namespace flashtrain::cuda::sm90 {
+
+// Scaled |dS| and |K| stay below 2^14: fp16's 65504 with a factor 4 to spare for fp32 rounding.
+constexpr int kDqOperandLog2Max = 14;
+
+// The row statistics of one step (sm80::fetch_row_stats: lse * log2e, D) and, when
+// Traits::kScaledDs, f_i into ds_scale (1 past the sequence), fetched by the thread that fetches
+// D of the row. The caller commits the cp.async group.
+template <class Traits>
+__device__ __forceinline__ void fetch_step_stats(const sm80::BwdParams& p, const sm80::SeqGeometry& geo, int hq,
+                                                 int m0, int tid, float* lse_log2, float* dsum, float* ds_scale) {
+  constexpr int kBlockM = Traits::kBlockM;
+  sm80::fetch_row_stats(p, geo, hq, m0, kBlockM, tid, lse_log2, dsum);
+  if constexpr (Traits::kScaledDs) {
+    const int row = tid - kBlockM;
+    if (row < 0 || row >= kBlockM) return;
+    if (m0 + row < geo.len_q)
+      cute::SM80_CP_ASYNC_CACHEALWAYS<float>::copy(
+          p.do_scale[static_cast<int64_t>(hq) * p.total_q + geo.row_q + m0 + row], ds_scale[row]);
+    else
+      ds_scale[row] = 1.0f;
+  }
+}
+
+// s_i of the rows this thread fetched, in place of their f_i, once its copies have landed
+// (cp.async waited). v_max: the tile's max |V|.
+template <class Traits>
+__device__ __forceinline__ void finish_row_scale(int tid, const float* dsum, float* ds_scale, float v_max) {
+  constexpr int kBlockM = Traits::kBlockM;
+  const int row = tid - kBlockM;
+  if (row < 0 || row >= kBlockM) return;
+  const float f = ds_scale[row];
+  const float bound = fmaf(static_cast<float>(Traits::kHeadDim), v_max, fabsf(dsum[row]) * f);
+  const int e_f = ((__float_as_int(f) >> 23) & 0xff) - 127;
+  const int e = e_f + kDqOperandLog2Max - exponent_above(bound);
+  ds_scale[row] = exact_pow2(min(max(e, -126), 126));
+}
+
+// 1 / x for x a power of two in [2^-126, 2^126], exactly.
+__device__ __forceinline__ float inverse_pow2(float x) { return __int_as_float((254 << 23) - __float_as_int(x)); }
+
+// The dQ staging's factor of each of this thread's accumulator rows (store_dq_staging's order,
+// h + 2 r for row 64 r + 16 warp + lane/4 + 8 h) when Traits::kScaledDs: dq_scale / s_i.
+template <class Traits>
+__device__ __forceinline__ cute::array<float, 2 * Traits::kBlockM / 64> dq_row_factors(const float* ds_scale,
+                                                                                      float dq_scale, int tid) {
+  cute::array<float, 2 * Traits::kBlockM / 64> f;
+  const int row0 = 16 * ((tid % 128) / 32) + (tid % 32) / 4;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < static_cast<int>(f.size()); ++i)
+    f[i] = dq_scale * inverse_pow2(ds_scale[row0 + 8 * (i % 2) + 64 * (i / 2)]);
+  return f;
+}
+
+// Whole block, once K and V have landed: K * 2^eK into the fp16 copy k_dq (same layout as k), made
+// visible to wgmma, with eK from the tile's max |K|; returns the tile's max |V| and eK. `scratch`
+// holds 2 floats per warp. Rows past the sequence are TMA's zeros.
+template <class Traits>
+__device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element* k, const typename Traits::Element* v,
+                                                 cutlass::half_t* k_dq, float* scratch, int tid, float& v_max,
+                                                 int& k_exp) {
+  constexpr int kVecs = Traits::kBlockN * Traits::kHeadDim / 8;  // 16-byte vectors of 8 values
+  constexpr int kWarps = Traits::kNumThreads / 32;
+  static_assert(kVecs % Traits::kNumThreads == 0, "whole vectors per thread");
+  const uint4* k4 = reinterpret_cast<const uint4*>(k);
+  const uint4* v4 = reinterpret_cast<const uint4*>(v);
+  // bf16 -> fp32 is a 16-bit shift: the low value of a word is bits << 16, the high one its top.
+  auto abs_max8 = [](uint4 x, float m) {
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < 4; ++i)
+      m = fmaxf(m, fmaxf(fabsf(__uint_as_float(w[i] << 16)), fabsf(__uint_as_float(w[i] & 0xffff0000u))));
+    return m;
+  };
+  float km = 0.0f, vm = 0.0f;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = tid; i < kVecs; i += Traits::kNumThreads) {
+    km = abs_max8(k4[i], km);
+    vm = abs_max8(v4[i], vm);
+  }
+  CUTLASS_PRAGMA_UNROLL
+  for (int width = 16; width > 0; width /= 2) {
+    km = fmaxf(km, __shfl_xor_sync(0xffffffffu, km, width));
+    vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, width));
+  }
+  if (tid % 32 == 0) {
+    scratch[tid / 32] = km;
+    scratch[kWarps + tid / 32] = vm;
+  }
+  __syncthreads();
+  CUTLASS_PRAGMA_UNROLL
+  for (int w = 0; w < kWarps; ++w) {
+    km = fmaxf(km, scratch[w]);
+    vm = fmaxf(vm, scratch[kWarps + w]);
+  }
+  v_max = vm;
+  k_exp = min(max(kDqOperandLog2Max - exponent_above(km), -100), 100);
+  const float g = exact_pow2(k_exp);
+  uint4* kdq4 = reinterpret_cast<uint4*>(k_dq);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = tid; i < kVecs; i += Traits::kNumThreads) {
+    const uint4 x = k4[i];
+    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    uint32_t h[4];
+    CUTLASS_PRAGMA_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const __half2 pair = __floats2half2_rn(__uint_as_float(w[j] << 16) * g, __uint_as_float(w[j] & 0xffff0000u) * g);
+      h[j] = *reinterpret_cast<const uint32_t*>(&pair);
+    }
+    kdq4[i] = make_uint4(h[0], h[1], h[2], h[3]);
+  }
+  cutlass::arch::fence_view_async_shared();  // the copy is read by wgmma (async proxy)
+}
+
+}  // namespace flashtrain::cuda::sm90
