@@ -341,6 +341,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     convert_fragment(tSrS, tOrP);
     wgmma_gemm<false, -1>(mma_dkv, tOrP, tdVrdOt(_, _, _, stage), acc_dv);
+    if constexpr (Traits::kScaledDs) {
+      // The next step's s_i, while dP^T and dV are in flight (its copies, issued at the top, have
+      // long landed; its slot was last read by the dQ staging two steps back).
+      cute::cp_async_wait<0>();
+      if (step + 1 < num_steps) finish_stats(step + 1, stage ^ 1);
+    }
 
     warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
     warpgroup_fence_operand(tdPrdP);
@@ -372,8 +378,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         cute::tma_store_wait<0>();
       }
     }
-    cute::cp_async_wait<0>();  // the next step's row statistics (issued at the top)
-    if (step + 1 < num_steps) finish_stats(step + 1, stage ^ 1);
+    if constexpr (!Traits::kScaledDs) cute::cp_async_wait<0>();  // the next step's row statistics
     __syncthreads();           // the dS barrier: both warpgroups' keys of dS written
     if constexpr (kDeterministic) {
       // Both warpgroups' additions of the last step are in global memory, so its dQ turn passes
@@ -385,12 +390,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
 
-    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    wgmma_gemm<true, 0>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);  // also retires dV and dK
-    warpgroup_fence_operand(acc_dk);
-    warpgroup_fence_operand(acc_dv);
-    // The staging's row factors, loaded ahead of the release below (an acq_rel atomic, which no
-    // load may pass): scale for fp16; for bf16 also 2^-eK / s_i (bwd_ds_scale_sm90.h).
+    // The dQ staging's row factors, loaded while the dQ GEMM runs: scale for fp16; for bf16 also
+    // 2^-eK / s_i (bwd_ds_scale_sm90.h).
     cute::array<float, 2 * kBlockM / 64> dq_factors;
     if constexpr (Traits::kScaledDs) {
       dq_factors = dq_row_factors<Traits>(s.ds_scale[step % Traits::kScaleSlots], s.dq_scale, tid);
@@ -398,6 +399,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < static_cast<int>(dq_factors.size()); ++i) dq_factors[i] = p.scale;
     }
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    wgmma_gemm<true, 0>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);  // also retires dV and dK
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(acc_dv);
     // Every wgmma of this warpgroup that reads this Q / dO stage has completed (the wait above
     // covers the whole warpgroup's batches). The second warpgroup to get here refills the stage.
     if (wg_tid == 0) {
