@@ -12,6 +12,7 @@ python3 bench/make_results.py --gpu "NVIDIA H200" --date 2026-12-03 \
  --section "Issue 5 error bars, python -m flashtrain.doctor --device cuda --seeds 0-5, seed 0, run 13 call 1=$R/2026-12-03_run13/doctor_bars_seed0.txt" \
  --section "Issue 5 bars over seeds 0-5, run 13 call 1=$R/2026-12-03_run13/doctor_bars_seeds0to5.txt" \
  --section "Issue 5, where the default backward's dq error came from: float64 emulation of its roundings, GQA 16:1 and logits ~1e3 bf16, seeds 0-5 (ds_rounding_emulation.py, run on the CPU)=$R/2026-12-03_run12/ds_rounding_emulation.txt" \
+ --section "Issue 5, the bf16 dQ product's scaled fp16 dS at extreme input magnitudes: float64 emulation of the kernel's scales (ds_scale_extremes.py, run on the CPU)=$R/2026-12-03_run13/ds_scale_extremes.txt" \
  --section "Overflow guard cost, guarded over the FLASHTRAIN_GUARD OFF build in one process, run 13 call 3 at e3e138b=$R/2026-12-03_run13/guard_cost.md" \
  --section "Tried and dropped: per-warp dQ reductions (this) against 7f28cf9 (base), run 12 call 1 (last column base / this: above 1 means base is faster)=$R/2026-12-03_run12/ab_warp_dq_slabs_over_7f28cf9.md" \
  --section "Peak memory at S 65536, run 7=$R/2026-12-03_run7/bench_memory.md" \
