@@ -8,6 +8,7 @@ python3 bench/make_results.py --gpu "NVIDIA H200" --date 2026-12-03 \
  --section "Attention fwd and bwd against torch SDPA flash (FlashAttention-2) and cuDNN, full grid, run 13 at 76543f0, D 256 not built in this run (plot: results/2026-12-03_run13/bench.png)=$R/2026-12-03_run13/bench.md" \
  --section "The same grid at 7f28cf9 with D 256, run 12 (before the fp16 dS of the bf16 dQ GEMM)=$R/2026-12-03_run12/bench.md" \
  --section "What the fp16 dS of the bf16 dQ GEMM costs: 76543f0 (this) against main 21793d6 (base), run 13 call 2 (last column base / this: above 1 means base is faster)=$R/2026-12-03_run13/ab_fp16ds_over_21793d6.md" \
+ --section "Why it costs: instructions in the sm90 bf16 backward's main loop, e3e138b (new) against 21793d6 (base), cuobjdump -sass (sass_loop_counts.py, on the CPU)=$R/2026-12-03_run13/sass_loop_counts.txt" \
  --section "End-to-end Llama (4 layers, 7B dims), flashtrain against torch SDPA in one process, run 12 at 7f28cf9, before run 13's bf16 backward change (bench/e2e/RESULTS.md)=$R/2026-12-03_run12/e2e_paired.md" \
  --section "Issue 5 error bars, python -m flashtrain.doctor --device cuda --seeds 0-5, seed 0, run 13 call 1=$R/2026-12-03_run13/doctor_bars_seed0.txt" \
  --section "Issue 5 bars over seeds 0-5, run 13 call 1=$R/2026-12-03_run13/doctor_bars_seeds0to5.txt" \
