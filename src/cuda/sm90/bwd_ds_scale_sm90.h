@@ -63,8 +63,7 @@ __device__ __forceinline__ void finish_row_scale(int tid, const float* dsum, flo
   if (row < 0 || row >= kBlockM) return;
   const float f = ds_scale[row];
   const float bound = fmaf(static_cast<float>(Traits::kHeadDim), v_max, fabsf(dsum[row]) * f);
-  const int e_f = ((__float_as_int(f) >> 23) & 0xff) - 127;
-  const int e = e_f + kDqOperandLog2Max - exponent_above(bound);
+  const int e = (exponent_above(f) - 1) + kDqOperandLog2Max - exponent_above(bound);  // f = 2^(b - 1)
   ds_scale[row] = exact_pow2(min(max(e, -126), 126));
 }
 
@@ -97,11 +96,12 @@ __device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element*
   const uint4* k4 = reinterpret_cast<const uint4*>(k);
   const uint4* v4 = reinterpret_cast<const uint4*>(v);
   // bf16 -> fp32 is a 16-bit shift: the low value of a word is bits << 16, the high one its top.
-  auto abs_max8 = [](uint4 x, float m) {
+  auto low = [](uint32_t w) { return __uint_as_float(w << 16); };
+  auto high = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
+  auto abs_max8 = [&](uint4 x, float m) {
     const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < 4; ++i)
-      m = fmaxf(m, fmaxf(fabsf(__uint_as_float(w[i] << 16)), fabsf(__uint_as_float(w[i] & 0xffff0000u))));
+    for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(low(w[i])), fabsf(high(w[i]))));
     return m;
   };
   float km = 0.0f, vm = 0.0f;
@@ -136,7 +136,7 @@ __device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element*
     uint32_t h[4];
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < 4; ++j) {
-      const __half2 pair = __floats2half2_rn(__uint_as_float(w[j] << 16) * g, __uint_as_float(w[j] & 0xffff0000u) * g);
+      const __half2 pair = __floats2half2_rn(low(w[j]) * g, high(w[j]) * g);
       h[j] = *reinterpret_cast<const uint32_t*>(&pair);
     }
     kdq4[i] = make_uint4(h[0], h[1], h[2], h[3]);

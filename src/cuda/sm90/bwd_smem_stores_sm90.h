@@ -62,15 +62,20 @@ CUTLASS_HOST_DEVICE uint32_t dq_pair_offset(uint32_t thread_base, int j) {
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
 
-// This thread's dS^T (16-bit values in accumulator order) into dS buffer `stage`.
-template <class Traits, class Fragment>
-__device__ __forceinline__ void store_ds_transposed(uint32_t ds_smem, Fragment const& ds, int stage, int tid) {
+// kPairs packed pairs of 16-bit dS^T values (accumulator order) into dS buffer `stage`.
+template <class Traits, int kPairs>
+__device__ __forceinline__ void store_ds_pairs(uint32_t ds_smem, const uint32_t* pairs, int stage, int tid) {
   const uint32_t base = ds_smem + ds_thread_base<Traits>(tid);
-  const uint32_t* pairs = reinterpret_cast<const uint32_t*>(ds.data());
-  constexpr int kPairs = decltype(cute::size(ds))::value / 2;
   CUTLASS_PRAGMA_UNROLL
   for (int j = 0; j < kPairs; ++j)
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_pair_offset<Traits>(base, j, stage)), "r"(pairs[j]) : "memory");
+}
+
+// This thread's dS^T (16-bit values in accumulator order) into dS buffer `stage`.
+template <class Traits, class Fragment>
+__device__ __forceinline__ void store_ds_transposed(uint32_t ds_smem, Fragment const& ds, int stage, int tid) {
+  constexpr int kPairs = decltype(cute::size(ds))::value / 2;
+  store_ds_pairs<Traits, kPairs>(ds_smem, reinterpret_cast<const uint32_t*>(ds.data()), stage, tid);
 }
 
 // kScaledDs: this thread's fp32 dS^T (accumulator order) times the scale of each query column,
@@ -79,7 +84,6 @@ __device__ __forceinline__ void store_ds_transposed(uint32_t ds_smem, Fragment c
 template <class Traits, class Fragment>
 __device__ __forceinline__ void store_ds_transposed_scaled(uint32_t ds_smem, Fragment const& ds,
                                                            const float* col_scale, int stage, int tid) {
-  const uint32_t base = ds_smem + ds_thread_base<Traits>(tid);
   constexpr int kPairs = decltype(cute::size(ds))::value / 2;
   const float2* scale2 = reinterpret_cast<const float2*>(col_scale) + tid % 4;
   // Every pair converted before the first store: the stores' memory clobbers would otherwise keep
@@ -95,9 +99,7 @@ __device__ __forceinline__ void store_ds_transposed_scaled(uint32_t ds_smem, Fra
       pairs[j] = *reinterpret_cast<const uint32_t*>(&v);
     }
   }
-  CUTLASS_PRAGMA_UNROLL
-  for (int j = 0; j < kPairs; ++j)
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(ds_pair_offset<Traits>(base, j, stage)), "r"(pairs[j]) : "memory");
+  store_ds_pairs<Traits, kPairs>(ds_smem, pairs, stage, tid);
 }
 
 // This thread's dQ accumulator (fp32, accumulator order) into the staging tile, each row times its
