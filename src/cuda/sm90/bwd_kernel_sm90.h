@@ -4,21 +4,26 @@
 //
 // Grid: bwd_block_coords below; two warpgroups per block (bwd_kernel_traits_sm90.h).
 // Per step (one kBlockM-row Q tile of one query head), warpgroup w with keys [64 w, 64 w + 64):
-//   S^T  = K Q^T,  dP^T = V dO^T                          (wgmma, shared x shared, in flight together)
+//   S^T  = K Q^T                                           (wgmma, shared x shared; in flight while
+//                                                          the previous step's dQ is staged, below)
+//   dP^T = V dO^T                                          (wgmma, in flight during the softmax)
 //   P^T  = exp2(S^T * scale log2e - lse log2e)             (0 outside the mask and for rows past Sq)
 //   dV  += P^T dO                                          (wgmma, P^T from registers)
 //   dS^T = P^T * (dP^T - D)  -> registers and shared memory (bf16 inputs: fp16, row-scaled,
 //                                                          bwd_ds_scale_sm90.h)
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
 //   -- block barrier: both warpgroups' dS written --
-//   dQ   = dS K (columns split over the warpgroups; bf16 inputs: the fp16 copy of K), staged in
-//          shared memory times scale (bf16: and the inverse scales of dS and K); each
-//          warpgroup adds its columns into dq_accum by TMA reduction (in the fixed turns of
+//   dQ   = dS K (columns split over the warpgroups; bf16 inputs: the fp16 copy of K), times scale
+//          (bf16: and the inverse scales of dS and K); at the top of the next step (after the
+//          loop for the last), staged in shared memory, and each warpgroup adds its columns into
+//          dq_accum by TMA reduction (in the fixed turns of
 //          tile_range.h's deterministic schedule when kDeterministic, a turn passing on at the
 //          next step's dS barrier once both warpgroups' additions are complete; the walk over Q
 //          tiles starts on the diagonal under its rotated form)
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
-// bookkeeping (with it as a runtime flag the default backward ran 3-4% slower).
+// bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging step t's
+// dQ behind step t + 1's S^T, rather than before it, is measured in bench/results/2026-12-03_run14
+// (issuing dP^T there too was up to 7% slower).
 // The dS barrier is the only one between the warpgroups in a step, so one may run up to a step
 // ahead of the other. Q / dO come by TMA two steps ahead: the warpgroup that is second to finish
 // with a stage refills it. dK (times scale) and dV are written once at the end.
@@ -117,6 +122,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStages = Traits::kStages;
   using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
+  static_assert(kStages == 2, "a stage is refilled for the step two ahead (next_pos twice)");
 
   const sm80::BwdParams& p = kp.p;
   extern __shared__ __align__(Traits::kSmemAlign) char smem[];
@@ -172,31 +178,37 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   // Step t covers query head hq_begin + t / m_count and step t % m_count of the walk over the Q
   // tiles, which starts on the diagonal under the rotated deterministic schedule (tile_range.h).
-  const int walk_offset = dq_walk_offset(p.dq_rotated, n_block, m_tiles, kBlockM, kBlockN);
-  auto step_head = [&](int step) { return hq_begin + step / m_count; };
-  auto step_m_block = [&](int step) { return dq_walk_tile(m_tiles, walk_offset, step % m_count); };
+  // A StepPos follows the steps one by one, so the loop divides by m_count nowhere.
+  const int walk_start = m_tiles.begin + dq_walk_offset(p.dq_rotated, n_block, m_tiles, kBlockM, kBlockN);
+  struct StepPos {
+    int hq;
+    int m_block;
+  };
+  auto next_pos = [&](StepPos pos) {
+    pos.m_block = pos.m_block + 1 == m_tiles.end ? m_tiles.begin : pos.m_block + 1;
+    if (pos.m_block == walk_start) ++pos.hq;
+    return pos;
+  };
 
-  // One thread: Q and dO of `step` into `stage` (TMA zero-fills rows past Sq).
-  auto load_qdo = [&](int step, int stage) {
-    const int hq = step_head(step);
-    const int m_block = step_m_block(step);
-    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, hq, b);
-    Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, hq, b);
-    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
-    Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(m_block, _0{}));
+  // One thread: Q and dO of the step at `pos` into `stage` (TMA zero-fills rows past Sq).
+  auto load_qdo = [&](StepPos pos, int stage) {
+    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, pos.hq, b);
+    Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, pos.hq, b);
+    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
+    Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
     auto cta_q = kp.tma_q.get_slice(_0{});
     auto cta_do = kp.tma_do.get_slice(_0{});
     ClusterTransactionBarrier::arrive_and_expect_tx(&s.qdo_full[stage], 2 * Traits::kTmaBytesQ);
     copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
     copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
   };
-  // Row statistics of `step` into `stage` (bwd_row_stats.h; bf16: and f_i into the step's scale
-  // slot), made visible by the dS barrier of the step issuing them (each thread waits for its own
-  // copies before it, and then turns its rows' f_i into s_i: finish_stats).
+  // Row statistics of `step` (at `pos`) into `stage` (bwd_row_stats.h; bf16: and f_i into the
+  // step's scale slot), made visible by the dS barrier of the step issuing them (each thread waits
+  // for its own copies before it, and then turns its rows' f_i into s_i: finish_stats).
   static_assert(2 * kBlockM <= Traits::kNumThreads, "one thread per row statistic");
-  auto load_stats = [&](int step, int stage) {
-    fetch_step_stats<Traits>(p, geo, step_head(step), step_m_block(step) * kBlockM, tid, s.lse_log2[stage],
-                             s.dsum[stage], s.ds_scale[step % Traits::kScaleSlots]);
+  auto load_stats = [&](int step, StepPos pos, int stage) {
+    fetch_step_stats<Traits>(p, geo, pos.hq, pos.m_block * kBlockM, tid, s.lse_log2[stage], s.dsum[stage],
+                             s.ds_scale[step % Traits::kScaleSlots]);
     cute::cp_async_fence();
   };
   // bf16: s.v_max, the tile's max |V|, is set in the prologue (bwd_ds_scale_sm90.h). It and
@@ -206,6 +218,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       finish_row_scale<Traits>(tid, s.dsum[stage], s.ds_scale[step % Traits::kScaleSlots], s.v_max);
   };
 
+  const StepPos first_pos{hq_begin, walk_start};
   if (num_steps > 0) {
     if (tid == 0) {
       Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b);
@@ -217,11 +230,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ClusterTransactionBarrier::arrive_and_expect_tx(&s.kv_full, 2 * Traits::kTmaBytesKV);
       copy(kp.tma_k.with(s.kv_full), cta_k.partition_S(gK), cta_k.partition_D(sK));
       copy(kp.tma_v.with(s.kv_full), cta_v.partition_S(gV), cta_v.partition_D(sV));
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kStages; ++i)
-        if (i < num_steps) load_qdo(i, i);
+      load_qdo(first_pos, 0);
+      if (num_steps > 1) load_qdo(next_pos(first_pos), 1);
     }
-    load_stats(0, 0);
+    load_stats(0, first_pos, 0);
     float v_max = 0.0f;
     int k_exp = 0;
     if constexpr (Traits::kScaledDs) {
@@ -286,23 +298,49 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Deterministic: the semaphore (index into p.dq_sema) of the dQ turn this block holds and has
   // not passed on yet, -1 when none.
   int pending_turn = -1;
+  // Step t's dQ (scale * dS K, computed at its end) is staged and reduced at the top of step t + 1,
+  // behind the issue of that step's S^T, so that the tensor cores have S^T while the staging runs.
+  // (The scaled dQ is a register array of its own, not the accumulator: were the two one set of
+  // registers across the loop, ptxas would wait for the S^T batch before the staging's stores.)
+  Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+  auto stage_and_reduce_dq = [&](StepPos at) {
+    store_dq_staging<Traits>(dq_smem, dq, tid);
+    cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
+    // This warpgroup's columns staged (barrier wg: its threads alone).
+    cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(wg));
+    if constexpr (kDeterministic) {
+      // Each warpgroup's issuing thread waits for the tile's turn itself (no block barrier); the
+      // turn passes on at the next dS barrier, or after the loop, once both have completed.
+      const int m0 = at.m_block * kBlockM;
+      pending_turn = static_cast<int>(sm80::dq_semaphore(p, b, at.hq, at.m_block) - p.dq_sema);
+      if (wg_tid == 0)
+        sm80::spin_until_dq_turn(p.dq_sema + pending_turn,
+                                 dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
+    }
+    if (wg_tid == 0) reduce_dq(at.hq, at.m_block);
+  };
+
+  if constexpr (!Traits::kScaledDs) {
+    if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);
+  }
+  StepPos pos = first_pos;
+  StepPos prev_pos = first_pos;
   CUTLASS_PRAGMA_NO_UNROLL
   for (int step = 0; step < num_steps; ++step) {
     const int stage = step % kStages;
     const int ds_stage = step % Traits::kStagesdS;
-    const int hq = step_head(step);
-    const int m_block = step_m_block(step);
-    const int m0 = m_block * kBlockM;
-    // The other stage's statistics were last read before the previous step's dS barrier.
-    if (step + 1 < num_steps) load_stats(step + 1, stage ^ 1);
-    if (!Traits::kScaledDs && step == 0) ClusterBarrier::wait(&s.kv_full, 0);
+    const int m0 = pos.m_block * kBlockM;
+    const StepPos pos1 = next_pos(pos);
+    const bool has_next = step + 1 < num_steps;
+
     ClusterBarrier::wait(&s.qdo_full[stage], static_cast<uint32_t>((step / kStages) & 1));
-
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
-    Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+    if (step > 0) stage_and_reduce_dq(prev_pos);
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
-
+    // The other stage's statistics were last read before the previous step's dS barrier.
+    if (has_next) load_stats(step + 1, pos1, stage ^ 1);
     // Row statistics of this thread's query columns, read from shared memory where they are used
     // (each serves kRows elements; holding them in registers would cost 2 * kCols).
     const float* stage_lse2 = s.lse_log2[stage];
@@ -341,12 +379,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     convert_fragment(tSrS, tOrP);
     wgmma_gemm<false, -1>(mma_dkv, tOrP, tdVrdOt(_, _, _, stage), acc_dv);
-    if constexpr (Traits::kScaledDs) {
-      // The next step's s_i, while dP^T and dV are in flight (its copies, issued at the top, have
-      // long landed; its slot was last read by the dQ staging two steps back).
-      cute::cp_async_wait<0>();
-      if (step + 1 < num_steps) finish_stats(step + 1, stage ^ 1);
-    }
 
     warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
     warpgroup_fence_operand(tdPrdP);
@@ -368,7 +400,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       store_ds_transposed<Traits>(ds_smem, tOrdS, ds_stage, tid);
     }
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
-    cutlass::arch::fence_view_async_shared();     // dS stores visible to the wgmma (async proxy)
+    // The next step's row statistics have landed (this thread's copies); bf16: its s_i, into a slot
+    // last read by the dQ staging two steps back.
+    cute::cp_async_wait<0>();
+    if (has_next) finish_stats(step + 1, stage ^ 1);
+    cutlass::arch::fence_view_async_shared();  // dS stores visible to the wgmma (async proxy)
     if (wg_tid == 0) {
       // This warpgroup's last dQ boxes have left shared memory; deterministic: have been added.
       if constexpr (kDeterministic) {
@@ -378,8 +414,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
         cute::tma_store_wait<0>();
       }
     }
-    if constexpr (!Traits::kScaledDs) cute::cp_async_wait<0>();  // the next step's row statistics
-    __syncthreads();           // the dS barrier: both warpgroups' keys of dS written
+    __syncthreads();  // the dS barrier: both warpgroups' keys of dS written
     if constexpr (kDeterministic) {
       // Both warpgroups' additions of the last step are in global memory, so its dQ turn passes
       // on here, a step late but off the critical path (the next block in the turn order wants
@@ -390,8 +425,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
     }
 
-    // The dQ staging's row factors, loaded while the dQ GEMM runs: scale for fp16; for bf16 also
-    // 2^-eK / s_i (bwd_ds_scale_sm90.h).
+    // dQ's row factors, loaded while the dQ GEMM runs: scale for fp16; for bf16 also 2^-eK / s_i
+    // (bwd_ds_scale_sm90.h).
     cute::array<float, 2 * kBlockM / 64> dq_factors;
     if constexpr (Traits::kScaledDs) {
       dq_factors = dq_row_factors<Traits>(s.ds_scale[step % Traits::kScaleSlots], s.dq_scale, tid);
@@ -403,27 +438,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     wgmma_gemm<true, 0>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);  // also retires dV and dK
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dv);
+    scale_dq_rows<Traits>(dq, acc_dq, dq_factors);
     // Every wgmma of this warpgroup that reads this Q / dO stage has completed (the wait above
     // covers the whole warpgroup's batches). The second warpgroup to get here refills the stage.
     if (wg_tid == 0) {
       ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_block> released(s.qdo_released[stage]);
       const uint32_t before = released.fetch_add(1u, ::cuda::memory_order_acq_rel);
-      if ((before & 1u) != 0 && step + kStages < num_steps) load_qdo(step + kStages, stage);
+      if ((before & 1u) != 0 && step + kStages < num_steps) load_qdo(next_pos(pos1), stage);
     }
-    store_dq_staging<Traits>(dq_smem, acc_dq, dq_factors, tid);
-    cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
-    // This warpgroup's columns staged (barrier wg: its threads alone).
-    cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(wg));
-    if constexpr (kDeterministic) {
-      // Each warpgroup's issuing thread waits for the tile's turn itself (no block barrier); the
-      // turn passes on at the next dS barrier, or after the loop, once both have completed.
-      pending_turn = static_cast<int>(sm80::dq_semaphore(p, b, hq, m_block) - p.dq_sema);
-      if (wg_tid == 0)
-        sm80::spin_until_dq_turn(p.dq_sema + pending_turn,
-                                 dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
-    }
-    if (wg_tid == 0) reduce_dq(hq, m_block);
+    prev_pos = pos;
+    pos = pos1;
   }
+  if (num_steps > 0) stage_and_reduce_dq(prev_pos);
 
   if (wg_tid == 0) {
     bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory

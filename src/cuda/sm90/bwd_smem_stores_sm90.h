@@ -102,20 +102,29 @@ __device__ __forceinline__ void store_ds_transposed_scaled(uint32_t ds_smem, Fra
   store_ds_pairs<Traits, kPairs>(ds_smem, pairs, stage, tid);
 }
 
-// This thread's dQ accumulator (fp32, accumulator order) into the staging tile, each row times its
-// factor: row_factor[h + 2 r] for row 64 r + 16 warp + lane/4 + 8 h.
+// dQ = this thread's dQ accumulator, each row times its factor: row_factor[h + 2 r] for row
+// 64 r + 16 warp + lane/4 + 8 h.
 template <class Traits, class Fragment, class Factors>
-__device__ __forceinline__ void store_dq_staging(uint32_t dq_smem, Fragment const& acc, Factors const& row_factor,
-                                                 int tid) {
-  const uint32_t base = dq_smem + dq_thread_base<Traits>(tid);
+__device__ __forceinline__ void scale_dq_rows(Fragment& dq, Fragment const& acc, Factors const& row_factor) {
   constexpr int kPairs = decltype(cute::size(acc))::value / 2;
   constexpr int kColBlocks = Traits::kHeadDim / 16;
   CUTLASS_PRAGMA_UNROLL
   for (int j = 0; j < kPairs; ++j) {
     const float f = row_factor[j % 2 + 2 * (j / (2 * kColBlocks))];
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_pair_offset<Traits>(base, j)),
-                 "f"(acc(2 * j) * f), "f"(acc(2 * j + 1) * f) : "memory");
+    dq(2 * j) = acc(2 * j) * f;
+    dq(2 * j + 1) = acc(2 * j + 1) * f;
   }
+}
+
+// This thread's dQ (fp32, accumulator order) into the staging tile.
+template <class Traits, class Fragment>
+__device__ __forceinline__ void store_dq_staging(uint32_t dq_smem, Fragment const& acc, int tid) {
+  const uint32_t base = dq_smem + dq_thread_base<Traits>(tid);
+  constexpr int kPairs = decltype(cute::size(acc))::value / 2;
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kPairs; ++j)
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dq_pair_offset<Traits>(base, j)), "f"(acc(2 * j)),
+                 "f"(acc(2 * j + 1)) : "memory");
 }
 #endif
 
