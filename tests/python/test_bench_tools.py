@@ -1,5 +1,6 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
-and table, and bench/plot_bench.py's sequence-length labels."""
+and table, bench/ncu_stalls.py's read of the per-instruction table, and bench/plot_bench.py's
+sequence-length labels."""
 import importlib.util
 import os
 import sys
@@ -59,6 +60,33 @@ def test_ncu_summary_writes_table(tmp_path, capsys):
     assert lines[0].startswith("| kernel, shape | us | regs |")
     assert lines[2].startswith("| a | 7095 | 254 |")
     assert capsys.readouterr().out.splitlines()[2] == lines[2]
+
+
+# The per-instruction table in the shape `ncu --page source --print-source sass --csv` writes it
+# (two header rows, then one row per instruction; only the columns ncu_stalls.py reads).
+SASS_CSV = """"Kernel Name","bwd_kernel_sm90"
+"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb","stall_barrier (Not Issued)"
+"0x10","      HGMMA.64x64x16.F32.BF16 R184, gdesc[UR16], RZ, !UPT","50","0","0","0"
+"0x20","      BAR.SYNC.DEFER_BLOCKING 0x0","30","27","0","27"
+"0x30","      FENCE.VIEW.ASYNC.S","20","0","20","0"
+"""
+
+
+def test_ncu_stalls_ranks_and_totals(tmp_path, capsys):
+    ncu_stalls = load("ncu_stalls")
+    (tmp_path / "k.sass.csv").write_text(SASS_CSV)
+    argv, sys.argv = sys.argv, ["ncu_stalls.py", str(tmp_path / "k.sass.csv"), "--top", "2",
+                                "--regions", "sync:1-2"]
+    try:
+        ncu_stalls.main()
+    finally:
+        sys.argv = argv
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# 100 stall samples")
+    # The wgmma's samples have no reason in the table; the barrier's are 90% barrier.
+    assert lines[1].split()[:3] == ["0", "50.0%", "unattributed"]
+    assert lines[2].split()[:4] == ["1", "30.0%", "barrier", "90%,"]
+    assert len(lines) == 5 and lines[4].split() == ["sync", "1-2", "50.0%"]
 
 
 def test_plot_labels():

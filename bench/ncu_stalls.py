@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps stall, from the per-instruction table of bench/ncu_kernels.sh (.sass.csv).
+
+Prints the instructions with the most warp-stall samples (share of all samples, the leading stall
+reasons) and, with --regions, the share of samples that falls in each named range of instruction
+indices (the index is the table row, as printed in the first column). A warp's samples are spread
+over time evenly, so a range's share is the share of the warps' time spent there.
+
+Example (the sm90 backward's loop phases, indices read off the --top listing and the SASS):
+  python3 bench/ncu_stalls.py OUT/bwd_kernel_sm90_s8192_d128_bf16_full.sass.csv --top 20 \\
+      --regions 'S issue + dQ staging:1129-1280,softmax:1940-2040'
+"""
+import argparse
+import csv
+import sys
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+
+
+def read_table(path):
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    # Row 0 names the kernel; row 1 is the header.
+    header, data = rows[1], rows[2:]
+    col = {name: i for i, name in enumerate(header)}
+    if SAMPLES not in col or "Source" not in col:
+        sys.exit(f"{path}: not an ncu source table (no '{SAMPLES}' / 'Source' columns)")
+    reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    table = []
+    for r in data:
+        by_reason = {h[len("stall_"):]: int(r[col[h]] or 0) for h in reasons}
+        table.append((r[col["Source"]].strip(), int(r[col[SAMPLES]] or 0), by_reason))
+    return table
+
+
+def parse_regions(spec):
+    regions = []
+    for part in spec.split(","):
+        name, _, span = part.rpartition(":")
+        lo, _, hi = span.partition("-")
+        if not name or not lo.isdigit() or not hi.isdigit():
+            sys.exit(f"--regions: expected NAME:FIRST-LAST, got '{part}'")
+        regions.append((name, int(lo), int(hi)))
+    return regions
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("table", help="a .sass.csv written by bench/ncu_kernels.sh")
+    ap.add_argument("--top", type=int, default=25, help="how many instructions to list (default 25)")
+    ap.add_argument("--regions", help="NAME:FIRST-LAST,... instruction index ranges (inclusive) to total")
+    args = ap.parse_args()
+
+    table = read_table(args.table)
+    total = sum(s for _, s, _ in table) or 1
+    print(f"# {total} stall samples; index, share, leading reasons (share of the instruction's samples), instruction")
+    ranked = sorted(range(len(table)), key=lambda i: -table[i][1])[:args.top]
+    for i in ranked:
+        src, s, by_reason = table[i]
+        # Samples the table gives no reason for (on a wgmma: waiting for the tensor cores to take it).
+        by_reason = dict(by_reason, unattributed=max(0, s - sum(by_reason.values())))
+        lead = sorted(by_reason.items(), key=lambda kv: -kv[1])[:2]
+        why = ", ".join(f"{k} {100 * v / s:.0f}%" for k, v in lead if v and s)
+        print(f"{i:6d} {100 * s / total:5.1f}%  {why:34s} {src}")
+    if args.regions:
+        print("# region, instruction indices, share of all samples")
+        for name, lo, hi in parse_regions(args.regions):
+            s = sum(t[1] for t in table[lo:hi + 1])
+            print(f"{name:32s} {lo:5d}-{hi:<5d} {100 * s / total:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
