@@ -90,6 +90,30 @@ FT_HOST_DEVICE int dq_walk_tile(TileRange m_tiles, int offset, int step) {
   return m_tiles.begin + j;
 }
 
+// The key tile of the block launched x-th among a head's n_blocks (blockIdx.x of the head-adjacent
+// grid). Under the rotated walk a key tile waits at each Q tile for the tiles after it (up to its
+// wrap), so they are launched first: with the heads one after another, later heads start tile by
+// tile as SMs free up, and in ascending order each of their tiles would wait for one launched after
+// it. A lock-step model of 132 SMs (tests/cpp/test_sm90_fwd.cpp) puts the ascending order at 0.51x
+// of a no-wait schedule for D 64, S 16k, causal (the H200 measured 0.53x deterministic over
+// default) and this one at 0.97x.
+FT_HOST_DEVICE int dq_launch_key_tile(bool rotated, int n_blocks, int x) { return rotated ? n_blocks - 1 - x : x; }
+
+// A block's place in its walk: query head and Q tile. It walks its Q tiles once per query head of
+// its group, one head after another.
+struct DqWalkPos {
+  int head;
+  int m_block;
+};
+// The place after `pos` in a walk over m_tiles that starts at Q tile `start` (m_tiles.begin plus
+// dq_walk_offset): from step t's (head0 + t / count, dq_walk_tile(.., t % count)) step t + 1's,
+// without a division.
+FT_HOST_DEVICE DqWalkPos dq_walk_next(TileRange m_tiles, int start, DqWalkPos pos) {
+  pos.m_block = pos.m_block + 1 == m_tiles.end ? m_tiles.begin : pos.m_block + 1;
+  if (pos.m_block == start) ++pos.head;
+  return pos;
+}
+
 // The turn of key tile n_block at the query tile of rows [m0, m_end) (m_end clipped to Sq).
 FT_HOST_DEVICE int dq_turn(const MaskSpec& mask, bool rotated, int n_block, int m0, int m_end, int block_n) {
   if (!rotated) return n_block - first_key_tile(mask, m0, block_n);

@@ -61,7 +61,7 @@ struct BwdKernelParams {
   typename Traits::ShapeQKV shape_k;
   typename Traits::ShapeQKV shape_dq;
   // Grid order (bwd_launch_template_sm90.h). band_heads == 0: a 3-D grid (key tile, batch, head),
-  // the key tiles of a head adjacent. band_heads > 0: a 1-D grid walking bands of band_heads
+  // the key tiles of a head adjacent (descending under the rotated dQ walk: dq_launch_key_tile). band_heads > 0: a 1-D grid walking bands of band_heads
   // (batch, head) units, each band key tile by key tile: every unit's tile 0 of the band, then
   // every tile 1, ...
   int band_heads;
@@ -74,7 +74,7 @@ template <class Traits>
 __device__ __forceinline__ void bwd_block_coords(const BwdKernelParams<Traits>& kp, int heads_z, int& n_block, int& b,
                                                  int& head_z) {
   if (kp.band_heads == 0) {
-    n_block = static_cast<int>(blockIdx.x);
+    n_block = dq_launch_key_tile(kp.p.dq_rotated, kp.n_blocks, static_cast<int>(blockIdx.x));
     b = static_cast<int>(blockIdx.y);
     head_z = static_cast<int>(blockIdx.z);
     return;
@@ -178,22 +178,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   // Step t covers query head hq_begin + t / m_count and step t % m_count of the walk over the Q
   // tiles, which starts on the diagonal under the rotated deterministic schedule (tile_range.h).
-  // A StepPos follows the steps one by one, so the loop divides by m_count nowhere.
+  // The loop follows the steps one by one (dq_walk_next), dividing by m_count nowhere.
   const int walk_start = m_tiles.begin + dq_walk_offset(p.dq_rotated, n_block, m_tiles, kBlockM, kBlockN);
-  struct StepPos {
-    int hq;
-    int m_block;
-  };
-  auto next_pos = [&](StepPos pos) {
-    pos.m_block = pos.m_block + 1 == m_tiles.end ? m_tiles.begin : pos.m_block + 1;
-    if (pos.m_block == walk_start) ++pos.hq;
-    return pos;
-  };
+  auto next_pos = [&](DqWalkPos pos) { return dq_walk_next(m_tiles, walk_start, pos); };
 
   // One thread: Q and dO of the step at `pos` into `stage` (TMA zero-fills rows past Sq).
-  auto load_qdo = [&](StepPos pos, int stage) {
-    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, pos.hq, b);
-    Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, pos.hq, b);
+  auto load_qdo = [&](DqWalkPos pos, int stage) {
+    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
+    Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
     Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
     auto cta_q = kp.tma_q.get_slice(_0{});
@@ -206,8 +198,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // step's scale slot), made visible by the dS barrier of the step issuing them (each thread waits
   // for its own copies before it, and then turns its rows' f_i into s_i: finish_stats).
   static_assert(2 * kBlockM <= Traits::kNumThreads, "one thread per row statistic");
-  auto load_stats = [&](int step, StepPos pos, int stage) {
-    fetch_step_stats<Traits>(p, geo, pos.hq, pos.m_block * kBlockM, tid, s.lse_log2[stage], s.dsum[stage],
+  auto load_stats = [&](int step, DqWalkPos pos, int stage) {
+    fetch_step_stats<Traits>(p, geo, pos.head, pos.m_block * kBlockM, tid, s.lse_log2[stage], s.dsum[stage],
                              s.ds_scale[step % Traits::kScaleSlots]);
     cute::cp_async_fence();
   };
@@ -218,7 +210,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       finish_row_scale<Traits>(tid, s.dsum[stage], s.ds_scale[step % Traits::kScaleSlots], s.v_max);
   };
 
-  const StepPos first_pos{hq_begin, walk_start};
+  const DqWalkPos first_pos{hq_begin, walk_start};
   if (num_steps > 0) {
     if (tid == 0) {
       Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b);
@@ -303,7 +295,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // (The scaled dQ is a register array of its own, not the accumulator: were the two one set of
   // registers across the loop, ptxas would wait for the S^T batch before the staging's stores.)
   Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-  auto stage_and_reduce_dq = [&](StepPos at) {
+  auto stage_and_reduce_dq = [&](DqWalkPos at) {
     store_dq_staging<Traits>(dq_smem, dq, tid);
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
     // This warpgroup's columns staged (barrier wg: its threads alone).
@@ -312,25 +304,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       // Each warpgroup's issuing thread waits for the tile's turn itself (no block barrier); the
       // turn passes on at the next dS barrier, or after the loop, once both have completed.
       const int m0 = at.m_block * kBlockM;
-      pending_turn = static_cast<int>(sm80::dq_semaphore(p, b, at.hq, at.m_block) - p.dq_sema);
+      pending_turn = static_cast<int>(sm80::dq_semaphore(p, b, at.head, at.m_block) - p.dq_sema);
       if (wg_tid == 0)
         sm80::spin_until_dq_turn(p.dq_sema + pending_turn,
                                  dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
     }
-    if (wg_tid == 0) reduce_dq(at.hq, at.m_block);
+    if (wg_tid == 0) reduce_dq(at.head, at.m_block);
   };
 
   if constexpr (!Traits::kScaledDs) {
     if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);
   }
-  StepPos pos = first_pos;
-  StepPos prev_pos = first_pos;
+  DqWalkPos pos = first_pos;
+  DqWalkPos prev_pos = first_pos;
   CUTLASS_PRAGMA_NO_UNROLL
   for (int step = 0; step < num_steps; ++step) {
     const int stage = step % kStages;
     const int ds_stage = step % Traits::kStagesdS;
     const int m0 = pos.m_block * kBlockM;
-    const StepPos pos1 = next_pos(pos);
+    const DqWalkPos pos1 = next_pos(pos);
     const bool has_next = step + 1 < num_steps;
 
     ClusterBarrier::wait(&s.qdo_full[stage], static_cast<uint32_t>((step / kStages) & 1));
