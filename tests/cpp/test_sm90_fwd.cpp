@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -194,11 +195,13 @@ void check_dq_schedules(int block_m, int block_n, uint32_t seed) {
 }
 
 // The deterministic grid as the hardware runs it: `heads` heads of self-attention one after
-// another, each head's key tiles in dq_launch_key_tile's order, a block starting whenever one of
+// another, each head's key tiles in dq_launch_key_tile's order (ascending when `ascending`, the
+// order before it, for comparison), a block starting whenever one of
 // `sms` slots is free (one block per SM, as the sm90 backward), and each tick every running block
 // whose next visit has its turn taking it. Returns the ticks to finish, and with `wait` false the
 // ticks of the same launch order if no block ever waited (the default mode's bound).
-int simulate_dq_launch(const MaskSpec& spec, int block_m, int block_n, int heads, int sms, bool rotated, bool wait) {
+int simulate_dq_launch(const MaskSpec& spec, int block_m, int block_n, int heads, int sms, bool rotated, bool wait,
+                       bool ascending = false) {
   const int sq = static_cast<int>(spec.seqlen_k);
   const int n_tiles = (sq + block_n - 1) / block_n, m_tiles = (sq + block_m - 1) / block_m;
   struct Block {
@@ -209,7 +212,7 @@ int simulate_dq_launch(const MaskSpec& spec, int block_m, int block_n, int heads
   std::vector<Block> queue;
   for (int h = 0; h < heads; ++h) {
     for (int x = 0; x < n_tiles; ++x) {
-      Block blk{h, cuda::dq_launch_key_tile(rotated, n_tiles, x), {}};
+      Block blk{h, ascending ? x : cuda::dq_launch_key_tile(rotated, n_tiles, x), {}};
       const cuda::TileRange r = cuda::visible_query_tiles(spec, blk.n * block_n, (blk.n + 1) * block_n, sq, block_m);
       const int offset = cuda::dq_walk_offset(rotated, blk.n, r, block_m, block_n);
       for (int step = 0; step < r.end - r.begin; ++step) blk.walk.push_back(cuda::dq_walk_tile(r, offset, step));
@@ -259,6 +262,11 @@ TEST(BackwardTileOrder, RotatedLaunchOrderKeepsTheGridBusy) {
     ASSERT_TRUE(cuda::rotated_dq_order_applies(spec, c.s));
     const int bound = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, false);
     const int ticks = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, true);
+    const int bound_asc = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, false, true);
+    const int ticks_asc = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, true, true);
+    std::printf("  S %lld, %d x 128 tiles, %d heads, causal %d: no-wait bound over ticks %.2f (ascending order: %.2f)\n",
+                static_cast<long long>(c.s), c.block_m, c.heads, c.causal ? 1 : 0, static_cast<double>(bound) / ticks,
+                static_cast<double>(bound_asc) / ticks_asc);
     EXPECT_GE(static_cast<double>(bound) / ticks, c.min_ratio)
         << "S " << c.s << " block_m " << c.block_m << " causal " << c.causal << ": " << ticks << " ticks, "
         << bound << " without waits";

@@ -94,9 +94,9 @@ FT_HOST_DEVICE int dq_walk_tile(TileRange m_tiles, int offset, int step) {
 // grid). Under the rotated walk a key tile waits at each Q tile for the tiles after it (up to its
 // wrap), so they are launched first: with the heads one after another, later heads start tile by
 // tile as SMs free up, and in ascending order each of their tiles would wait for one launched after
-// it. A lock-step model of 132 SMs (tests/cpp/test_sm90_fwd.cpp) puts the ascending order at 0.51x
-// of a no-wait schedule for D 64, S 16k, causal (the H200 measured 0.53x deterministic over
-// default) and this one at 0.97x.
+// it. A lock-step model of 132 SMs (tests/cpp/test_sm90_fwd.cpp, RotatedLaunchOrderKeepsTheGridBusy)
+// puts the ascending order at 0.51x / 0.76x of its no-wait bound for D 64, S 16k / 8k, causal
+// (the H200 measured deterministic over default 0.53x / 0.75x, run 14) and this one at 1.00x.
 FT_HOST_DEVICE int dq_launch_key_tile(bool rotated, int n_blocks, int x) { return rotated ? n_blocks - 1 - x : x; }
 
 // A block's place in its walk: query head and Q tile. It walks its Q tiles once per query head of
