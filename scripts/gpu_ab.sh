@@ -6,6 +6,7 @@
 #
 # Usage: scripts/gpu_ab.sh OUTDIR TREE_B [--label-b NAME] [--hdims '64;128'] [--tests FILTER]
 #                          [--race FILTER] [--bench 'ab_builds.py options'] [--tests-on a|b]
+#                          [--grid COMMIT] [--ncu 'CASE ...'] [--deadline SECONDS]
 #   TREE_B    a checkout of the other version inside this repo, so that it travels, e.g.
 #             `git worktree add .ab/wgs wip/some-branch` here and carry [".ab"] in the device call
 #             (/.ab/ is git-ignored)
@@ -17,10 +18,15 @@
 #   --tests-on which build gets the C++ tests and racecheck (default b, the change under test; a when
 #             this tree is the change and TREE_B the baseline, so that build A, whose operators are
 #             torch.ops.flashtrain, can also serve flashtrain's Python package afterwards)
+#   --grid    then build A's full benchmark grid (bench_attention.py --deterministic --precision-high,
+#             about 90 s), labelled COMMIT, into OUTDIR/bench.md and bench.json
+#   --ncu     then bench/ncu_kernels.sh on build A for these cases (about 20 s each), into OUTDIR/ncu
+#   --deadline skip --grid / --ncu when they would end later than SECONDS after the start (the
+#             device call's limit, less the time to send the results back)
 # Environment: BUILD_JOBS (default: all cores), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 tree_b=$(cd "$2" && pwd) || { echo "gpu_ab: no tree $2" >&2; exit 2; }
 shift 2
@@ -30,6 +36,9 @@ tests='*CudaBackward*:*Deterministic*cuda*:*Accuracy*cuda*:*MaskedRows*cuda*'
 race='*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16'
 bench='--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic'
 tests_on=b
+grid=""
+ncu_cases=""
+deadline=100000
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --label-b) label_b=$2; shift ;;
@@ -38,6 +47,9 @@ while [[ $# -gt 0 ]]; do
     --race) race=$2; shift ;;
     --bench) bench=$2; shift ;;
     --tests-on) tests_on=$2; shift ;;
+    --grid) grid=$2; shift ;;
+    --ncu) ncu_cases=$2; shift ;;
+    --deadline) deadline=$2; shift ;;
     *) echo "gpu_ab: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -92,5 +104,28 @@ if [[ $rc_a == 0 && $rc_b == 0 ]]; then
     --labels "this,$label_b" $bench --markdown "$out/ab.md" --json "$out/ab.json" > "$out/ab.log" 2>&1
   note "ab_builds: exit $? ($((SECONDS - t0)) s in all)"
   cat "$out/ab.md" 2>/dev/null
+fi
+lib_a=$PWD/build-ab-a/python/flashtrain/libflashtrain_torch.so
+if [[ -n "$grid" && $rc_a == 0 ]]; then
+  if (( SECONDS + 100 > deadline )); then
+    note "grid: skipped, $((deadline - SECONDS)) s left before the deadline"
+  else
+    FLASHTRAIN_TORCH_LIBRARY=$lib_a FLASHTRAIN_COMMIT=$grid PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" \
+      timeout $((deadline - SECONDS)) $python -u bench/bench_attention.py --json "$out/bench.json" \
+      --markdown "$out/bench.md" --deterministic --precision-high > "$out/bench.log" 2>&1
+    note "grid on A ($grid): exit $? ($((SECONDS - t0)) s in all)"
+  fi
+fi
+if [[ -n "$ncu_cases" && $rc_a == 0 ]]; then
+  # shellcheck disable=SC2206
+  cases=($ncu_cases)
+  if (( SECONDS + 20 * ${#cases[@]} + 5 > deadline )); then
+    note "ncu: skipped, $((deadline - SECONDS)) s left before the deadline"
+  else
+    FLASHTRAIN_TORCH_LIBRARY=$lib_a timeout $((deadline - SECONDS)) bench/ncu_kernels.sh "$out/ncu" "${cases[@]}" \
+      > "$out/ncu.log" 2>&1
+    note "ncu on A (${cases[*]}): exit $? ($((SECONDS - t0)) s in all)"
+    cat "$out/ncu/ncu_summary.md" 2>/dev/null
+  fi
 fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
