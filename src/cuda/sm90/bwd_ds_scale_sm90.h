@@ -70,7 +70,7 @@ __device__ __forceinline__ void finish_row_scale(int tid, const float* dsum, flo
 // 1 / x for x a power of two in [2^-126, 2^126], exactly.
 __device__ __forceinline__ float inverse_pow2(float x) { return __int_as_float((254 << 23) - __float_as_int(x)); }
 
-// The dQ staging's factor of each of this thread's accumulator rows (store_dq_staging's order,
+// The dQ factor of each of this thread's accumulator rows (scale_dq_rows' order,
 // h + 2 r for row 64 r + 16 warp + lane/4 + 8 h) when Traits::kScaledDs: dq_scale / s_i.
 template <class Traits>
 __device__ __forceinline__ cute::array<float, 2 * Traits::kBlockM / 64> dq_row_factors(const float* ds_scale,
