@@ -105,105 +105,15 @@ TEST(BackwardTileOrder, VisitorsOfEachQTileAreContiguousFromFirstKeyTile) {
   check_backward_tile_order(64, 64, 5);    // sm80 D > 128
 }
 
-// The deterministic dQ schedules of tile_range.h, with every key tile's block resident at once:
-// at each query tile the turns of its visitors are exactly 0 .. count-1 (a gap or a repeat would
-// hang a block or break the order), and a lock-step simulation (each tick, every block whose
-// next visit has its turn takes it) finishes. Returns the simulation's ticks and the longest walk.
-struct ScheduleRun {
-  int ticks = 0;
-  int longest_walk = 0;
-};
-ScheduleRun simulate_dq_schedule(const MaskSpec& spec, int64_t sq, int block_m, int block_n, bool rotated) {
-  const int m_tiles = static_cast<int>((sq + block_m - 1) / block_m);
-  const int n_tiles = static_cast<int>((spec.seqlen_k + block_n - 1) / block_n);
-  std::vector<std::vector<int>> walk(n_tiles), turns(m_tiles);
-  ScheduleRun run;
-  for (int n = 0; n < n_tiles; ++n) {
-    const cuda::TileRange r = cuda::visible_query_tiles(spec, n * block_n, (n + 1) * block_n, static_cast<int>(sq), block_m);
-    if (r.empty()) continue;
-    const int offset = cuda::dq_walk_offset(rotated, n, r, block_m, block_n);
-    // The sm90 kernel steps through its walk with dq_walk_next: over three query heads it must
-    // visit what dq_walk_tile gives, head after head.
-    const int count = r.end - r.begin;
-    cuda::DqWalkPos at{0, r.begin + offset};
-    for (int step = 0; step < 3 * count; ++step) {
-      const bool same = at.head == step / count && at.m_block == cuda::dq_walk_tile(r, offset, step % count);
-      EXPECT_TRUE(same) << "step " << step << " of a walk of " << count << ": dq_walk_next gives (" << at.head
-                        << ", " << at.m_block << ")";
-      if (!same) break;
-      at = cuda::dq_walk_next(r, r.begin + offset, at);
-    }
-    for (int step = 0; step < count; ++step) {
-      const int m = cuda::dq_walk_tile(r, offset, step);
-      walk[n].push_back(m);
-      const int m_end = static_cast<int>(std::min<int64_t>((m + 1) * int64_t{block_m}, sq));
-      turns[m].push_back(cuda::dq_turn(spec, rotated, n, m * block_m, m_end, block_n));
-    }
-    run.longest_walk = std::max(run.longest_walk, r.end - r.begin);
-  }
-  for (int m = 0; m < m_tiles; ++m) {
-    std::vector<int> sorted = turns[m];
-    std::sort(sorted.begin(), sorted.end());
-    for (std::size_t t = 0; t < sorted.size(); ++t)
-      EXPECT_EQ(sorted[t], static_cast<int>(t)) << "Q tile " << m << " of " << m_tiles << ": turns are not 0.."
-                                                << sorted.size() - 1 << "; sq " << sq << " rotated " << rotated;
-  }
-  std::vector<int> pos(n_tiles, 0), sema(m_tiles, 0);
-  for (bool busy = true; busy; ++run.ticks) {
-    busy = false;
-    std::vector<int> moved;
-    for (int n = 0; n < n_tiles; ++n) {
-      if (pos[n] == static_cast<int>(walk[n].size())) continue;
-      busy = true;
-      const int m = walk[n][pos[n]];
-      const int m_end = static_cast<int>(std::min<int64_t>((m + 1) * int64_t{block_m}, sq));
-      if (cuda::dq_turn(spec, rotated, n, m * block_m, m_end, block_n) == sema[m]) moved.push_back(n);
-    }
-    if (!busy) break;
-    if (moved.empty()) {
-      ADD_FAILURE() << "deadlock at tick " << run.ticks << "; sq " << sq << " sk " << spec.seqlen_k << " rotated "
-                    << rotated;
-      break;
-    }
-    for (int n : moved) {
-      ++sema[walk[n][pos[n]]];
-      ++pos[n];
-    }
-  }
-  return run;
-}
-
-void check_dq_schedules(int block_m, int block_n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<int64_t> len(1, 3000), coin(0, 1);
-  for (int trial = 0; trial < 60; ++trial) {
-    // Rotated: self-attention, causal (either alignment is the main diagonal) or not.
-    const int64_t s = len(gen);
-    const MaskSpec spec{0, -1, coin(gen) == 1 ? 0 : -1, s};
-    ASSERT_TRUE(cuda::rotated_dq_order_applies(spec, s));
-    const ScheduleRun rotated = simulate_dq_schedule(spec, s, block_m, block_n, true);
-    EXPECT_LE(rotated.ticks, rotated.longest_walk) << "rotated schedule waited; S " << s << " causal " << spec.right;
-    // Wavefront: any mask, including the ones the rotated schedule refuses.
-    const auto [sq, sk, any] = random_mask_case(gen, 1500, 400);
-    simulate_dq_schedule(any, sq, block_m, block_n, false);
-    if (!cuda::rotated_dq_order_applies(any, sq)) continue;
-    simulate_dq_schedule(any, sq, block_m, block_n, true);
-  }
-  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, 5, -1, 100}, 100));  // a left window
-  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, -1, -1, 100}, 90));  // Sq != Sk
-  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, -1, 3, 100}, 100));  // a right window
-}
-
-// The deterministic grid as the hardware runs it: `heads` heads of self-attention one after
+// The deterministic grid as the hardware runs it: `heads` heads (Sq = sq, Sk = spec's) one after
 // another, each head's key tiles in dq_launch_key_tile's order (ascending when `ascending`, the
-// order before it, for comparison), a block starting whenever one of
-// `sms` slots is free (one block per SM, as the sm90 backward), and each tick every running block
-// whose next visit has its turn taking it. Returns the ticks to finish, and with `wait` false the
+// order before it, for comparison), a block starting whenever one of `sms` slots is free (one
+// block per SM, as the sm90 backward), and each tick every running block whose next visit has its
+// turn taking it. Returns the ticks to finish, and with `wait` false the
 // ticks of the same launch order if no block ever waited (the default mode's bound).
-int simulate_dq_launch(const MaskSpec& spec, int block_m, int block_n, int heads, int sms, bool rotated, bool wait,
-                       bool ascending = false) {
-  const int sq = static_cast<int>(spec.seqlen_k);
-  const int n_tiles = (sq + block_n - 1) / block_n, m_tiles = (sq + block_m - 1) / block_m;
+int simulate_dq_launch(const MaskSpec& spec, int sq, int block_m, int block_n, int heads, int sms, bool rotated,
+                       bool wait, bool ascending = false) {
+  const int n_tiles = static_cast<int>((spec.seqlen_k + block_n - 1) / block_n), m_tiles = (sq + block_m - 1) / block_m;
   struct Block {
     int head, n;
     std::vector<int> walk;
@@ -234,7 +144,8 @@ int simulate_dq_launch(const MaskSpec& spec, int block_m, int block_n, int heads
         moved.push_back(i);
     }
     if (moved.empty()) {
-      ADD_FAILURE() << "deadlock at tick " << ticks;
+      ADD_FAILURE() << "deadlock at tick " << ticks << "; sq " << sq << " sk " << spec.seqlen_k << " rotated "
+                    << rotated;
       return -1;
     }
     for (std::size_t i : moved) ++sema[running[i].head * m_tiles + running[i].walk[running[i].pos++]];
@@ -244,6 +155,75 @@ int simulate_dq_launch(const MaskSpec& spec, int block_m, int block_n, int heads
     ++ticks;
   }
   return ticks;
+}
+
+// The deterministic dQ schedules of tile_range.h, with every key tile's block resident at once:
+// at each query tile the turns of its visitors are exactly 0 .. count-1 (a gap or a repeat would
+// hang a block or break the order), and a lock-step simulation (each tick, every block whose
+// next visit has its turn takes it: simulate_dq_launch) finishes. Returns the simulation's ticks and
+// the longest walk.
+struct ScheduleRun {
+  int ticks = 0;
+  int longest_walk = 0;
+};
+ScheduleRun simulate_dq_schedule(const MaskSpec& spec, int64_t sq, int block_m, int block_n, bool rotated) {
+  const int m_tiles = static_cast<int>((sq + block_m - 1) / block_m);
+  const int n_tiles = static_cast<int>((spec.seqlen_k + block_n - 1) / block_n);
+  std::vector<std::vector<int>> turns(m_tiles);
+  ScheduleRun run;
+  for (int n = 0; n < n_tiles; ++n) {
+    const cuda::TileRange r = cuda::visible_query_tiles(spec, n * block_n, (n + 1) * block_n, static_cast<int>(sq), block_m);
+    if (r.empty()) continue;
+    const int offset = cuda::dq_walk_offset(rotated, n, r, block_m, block_n);
+    // The sm90 kernel steps through its walk with dq_walk_next: over three query heads it must
+    // visit what dq_walk_tile gives, head after head.
+    const int count = r.end - r.begin;
+    cuda::DqWalkPos at{0, r.begin + offset};
+    for (int step = 0; step < 3 * count; ++step) {
+      const bool same = at.head == step / count && at.m_block == cuda::dq_walk_tile(r, offset, step % count);
+      EXPECT_TRUE(same) << "step " << step << " of a walk of " << count << ": dq_walk_next gives (" << at.head
+                        << ", " << at.m_block << ")";
+      if (!same) break;
+      at = cuda::dq_walk_next(r, r.begin + offset, at);
+    }
+    for (int step = 0; step < count; ++step) {
+      const int m = cuda::dq_walk_tile(r, offset, step);
+      const int m_end = static_cast<int>(std::min<int64_t>((m + 1) * int64_t{block_m}, sq));
+      turns[m].push_back(cuda::dq_turn(spec, rotated, n, m * block_m, m_end, block_n));
+    }
+    run.longest_walk = std::max(run.longest_walk, r.end - r.begin);
+  }
+  for (int m = 0; m < m_tiles; ++m) {
+    std::vector<int> sorted = turns[m];
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t t = 0; t < sorted.size(); ++t)
+      EXPECT_EQ(sorted[t], static_cast<int>(t)) << "Q tile " << m << " of " << m_tiles << ": turns are not 0.."
+                                                << sorted.size() - 1 << "; sq " << sq << " rotated " << rotated;
+  }
+  // Every key tile's block resident at once: as many slots as tiles.
+  run.ticks = simulate_dq_launch(spec, static_cast<int>(sq), block_m, block_n, 1, n_tiles, rotated, true);
+  return run;
+}
+
+void check_dq_schedules(int block_m, int block_n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int64_t> len(1, 3000), coin(0, 1);
+  for (int trial = 0; trial < 60; ++trial) {
+    // Rotated: self-attention, causal (either alignment is the main diagonal) or not.
+    const int64_t s = len(gen);
+    const MaskSpec spec{0, -1, coin(gen) == 1 ? 0 : -1, s};
+    ASSERT_TRUE(cuda::rotated_dq_order_applies(spec, s));
+    const ScheduleRun rotated = simulate_dq_schedule(spec, s, block_m, block_n, true);
+    EXPECT_LE(rotated.ticks, rotated.longest_walk) << "rotated schedule waited; S " << s << " causal " << spec.right;
+    // Wavefront: any mask, including the ones the rotated schedule refuses.
+    const auto [sq, sk, any] = random_mask_case(gen, 1500, 400);
+    simulate_dq_schedule(any, sq, block_m, block_n, false);
+    if (!cuda::rotated_dq_order_applies(any, sq)) continue;
+    simulate_dq_schedule(any, sq, block_m, block_n, true);
+  }
+  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, 5, -1, 100}, 100));  // a left window
+  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, -1, -1, 100}, 90));  // Sq != Sk
+  EXPECT_FALSE(cuda::rotated_dq_order_applies(MaskSpec{0, -1, 3, 100}, 100));  // a right window
 }
 
 // On the H200 (132 SMs) the rotated walk with the key tiles launched in ascending order ran the
@@ -260,10 +240,11 @@ TEST(BackwardTileOrder, RotatedLaunchOrderKeepsTheGridBusy) {
                         Case{16384, 128, 32, false, 0.99}, Case{8192, 64, 32, true, 0.95}}) {
     const MaskSpec spec{0, -1, c.causal ? 0 : -1, c.s};
     ASSERT_TRUE(cuda::rotated_dq_order_applies(spec, c.s));
-    const int bound = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, false);
-    const int ticks = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, true);
-    const int bound_asc = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, false, true);
-    const int ticks_asc = simulate_dq_launch(spec, c.block_m, 128, c.heads, 132, true, true, true);
+    const int s = static_cast<int>(c.s);
+    const int bound = simulate_dq_launch(spec, s, c.block_m, 128, c.heads, 132, true, false);
+    const int ticks = simulate_dq_launch(spec, s, c.block_m, 128, c.heads, 132, true, true);
+    const int bound_asc = simulate_dq_launch(spec, s, c.block_m, 128, c.heads, 132, true, false, true);
+    const int ticks_asc = simulate_dq_launch(spec, s, c.block_m, 128, c.heads, 132, true, true, true);
     std::printf("  S %lld, %d x 128 tiles, %d heads, causal %d: no-wait bound over ticks %.2f (ascending order: %.2f)\n",
                 static_cast<long long>(c.s), c.block_m, c.heads, c.causal ? 1 : 0, static_cast<double>(bound) / ticks,
                 static_cast<double>(bound_asc) / ticks_asc);
