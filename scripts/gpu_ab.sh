@@ -23,10 +23,12 @@
 #   --ncu     then bench/ncu_kernels.sh on build A for these cases (about 20 s each), into OUTDIR/ncu
 #   --deadline skip --grid / --ncu when they would end later than SECONDS after the start (the
 #             device call's limit, less the time to send the results back)
-# Environment: BUILD_JOBS (default: all cores), GTest as in gpu_check.sh (.gtest/ when carried).
+# Environment: BUILD_JOBS (default: all cores), STEP_LIMIT (seconds the tests and racecheck may
+# each run, default 240: a hang is reported as exit 124 and the rest still runs), GTest as in
+# gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 tree_b=$(cd "$2" && pwd) || { echo "gpu_ab: no tree $2" >&2; exit 2; }
 shift 2
@@ -55,6 +57,8 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 jobs=${BUILD_JOBS:-$(nproc)}
+step_limit=${STEP_LIMIT:-240}
+hung=0
 python=${PYTHON:-python3}
 torch_dir=$($python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch || exit 2
 gtest_flags=()
@@ -89,14 +93,17 @@ tested=build-ab-$label_b; rc_t=$rc_b
 [[ $tests_on == a ]] && { tested=build-ab-a; rc_t=$rc_a; }
 T=${tests_on^^}
 if [[ $rc_t == 0 && -n "$tests" ]]; then
-  "$tested"/flashtrain_tests --gtest_filter="$tests" > "$out/tests_$tests_on.log" 2>&1
-  note "tests on $T ($tests): exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' "$out/tests_$tests_on.log" | tr '\n' ' '))"
+  timeout "$step_limit" "$tested"/flashtrain_tests --gtest_filter="$tests" > "$out/tests_$tests_on.log" 2>&1
+  rc=$?
+  [[ $rc == 124 ]] && { hung=1; note "tests on $T: still running after $step_limit s (a hang?): nothing more runs"; }
+  note "tests on $T ($tests): exit $rc ($(grep -E '^\[  (PASSED|FAILED)  \]' "$out/tests_$tests_on.log" | tr '\n' ' '))"
 fi
-if [[ $rc_t == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; then
-  compute-sanitizer --tool racecheck --error-exitcode 1 "$tested"/flashtrain_tests --gtest_filter="$race" \
+if [[ $hung == 0 && $rc_t == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; then
+  timeout "$step_limit" compute-sanitizer --tool racecheck --error-exitcode 1 "$tested"/flashtrain_tests --gtest_filter="$race" \
     > "$out/racecheck_$tests_on.log" 2>&1
   note "racecheck on $T ($race): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_$tests_on.log"))"
 fi
+[[ $hung == 1 ]] && { rc_a=1; rc_b=1; }
 if [[ $rc_a == 0 && $rc_b == 0 ]]; then
   # shellcheck disable=SC2086
   PYTHONPATH="$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" $python bench/ab_builds.py \

@@ -29,7 +29,7 @@ void check_ds_offsets() {
   Tensor sdSt = make_tensor(make_smem_ptr(reinterpret_cast<cutlass::bfloat16_t*>(base)), typename Traits::SmemLayoutdSt{});
   typename Traits::TiledMmaSdP mma;
   int mismatches = 0;
-  for (int tid = 0; tid < Traits::kNumThreads; ++tid) {
+  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
     Tensor t = mma.get_thread_slice(tid).partition_C(sdSt);
     const uint32_t thread_base = flashtrain::cuda::sm90::ds_thread_base<Traits>(tid);
     for (int stage = 0; stage < Traits::kStagesdS; ++stage) {
@@ -53,7 +53,7 @@ void check_dq_offsets() {
   Tensor sdQ = make_tensor(make_smem_ptr(reinterpret_cast<float*>(base)), typename Traits::SmemLayoutdQ{});
   typename Traits::TiledMmadQ mma;
   int mismatches = 0;
-  for (int tid = 0; tid < Traits::kNumThreads; ++tid) {
+  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
     Tensor t = mma.get_thread_slice(tid).partition_C(sdQ);
     const uint32_t thread_base = flashtrain::cuda::sm90::dq_thread_base<Traits>(tid);
     for (int i = 0; i < size(t); ++i) {

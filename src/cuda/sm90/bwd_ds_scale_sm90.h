@@ -23,48 +23,22 @@
 #include <cstdint>
 
 #include <cute/tensor.hpp>
-#include <cute/arch/copy_sm80.hpp>
 #include <cutlass/arch/barrier.h>
 
 #include "../common/fast_math.h"
-#include "../sm80/bwd_params.h"
-#include "../sm80/bwd_row_stats.h"
+#include "bwd_kernel_traits_sm90.h"
 
 namespace flashtrain::cuda::sm90 {
 
 // Scaled |dS| and |K| stay below 2^14: fp16's 65504 with a factor 4 to spare for fp32 rounding.
 constexpr int kDqOperandLog2Max = 14;
 
-// The row statistics of one step (sm80::fetch_row_stats: lse * log2e, D) and, when
-// Traits::kScaledDs, f_i into ds_scale (1 past the sequence), fetched by the thread that fetches
-// D of the row. The caller commits the cp.async group.
+// s_i of a row from its f_i (the preprocess's dO scale), D and the tile's max |V|.
 template <class Traits>
-__device__ __forceinline__ void fetch_step_stats(const sm80::BwdParams& p, const sm80::SeqGeometry& geo, int hq,
-                                                 int m0, int tid, float* lse_log2, float* dsum, float* ds_scale) {
-  constexpr int kBlockM = Traits::kBlockM;
-  sm80::fetch_row_stats(p, geo, hq, m0, kBlockM, tid, lse_log2, dsum);
-  if constexpr (Traits::kScaledDs) {
-    const int row = tid - kBlockM;
-    if (row < 0 || row >= kBlockM) return;
-    if (m0 + row < geo.len_q)
-      cute::SM80_CP_ASYNC_CACHEALWAYS<float>::copy(
-          p.do_scale[static_cast<int64_t>(hq) * p.total_q + geo.row_q + m0 + row], ds_scale[row]);
-    else
-      ds_scale[row] = 1.0f;
-  }
-}
-
-// s_i of the rows this thread fetched, in place of their f_i, once its copies have landed
-// (cp.async waited). v_max: the tile's max |V|.
-template <class Traits>
-__device__ __forceinline__ void finish_row_scale(int tid, const float* dsum, float* ds_scale, float v_max) {
-  constexpr int kBlockM = Traits::kBlockM;
-  const int row = tid - kBlockM;
-  if (row < 0 || row >= kBlockM) return;
-  const float f = ds_scale[row];
-  const float bound = fmaf(static_cast<float>(Traits::kHeadDim), v_max, fabsf(dsum[row]) * f);
+__device__ __forceinline__ float row_scale(float f, float dsum, float v_max) {
+  const float bound = fmaf(static_cast<float>(Traits::kHeadDim), v_max, fabsf(dsum) * f);
   const int e = (exponent_above(f) - 1) + kDqOperandLog2Max - exponent_above(bound);  // f = 2^(b - 1)
-  ds_scale[row] = exact_pow2(min(max(e, -126), 126));
+  return exact_pow2(min(max(e, -126), 126));
 }
 
 // 1 / x for x a power of two in [2^-126, 2^126], exactly.
@@ -83,16 +57,18 @@ __device__ __forceinline__ cute::array<float, 2 * Traits::kBlockM / 64> dq_row_f
   return f;
 }
 
-// Whole block, once K and V have landed: K * 2^eK into the fp16 copy k_dq (same layout as k), made
-// visible to wgmma, with eK from the tile's max |K|; returns the tile's max |V| and eK. `scratch`
-// holds 2 floats per warp. Rows past the sequence are TMA's zeros.
+// The consumer warpgroups (tid: 0 .. kNumMmaThreads - 1), once K and V have landed: K * 2^eK into
+// the fp16 copy k_dq (same layout as k), made visible to wgmma, with eK from the tile's max |K|;
+// returns the tile's max |V| and eK. `scratch` holds 2 floats per consumer warp. Rows past the
+// sequence are TMA's zeros.
 template <class Traits>
 __device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element* k, const typename Traits::Element* v,
                                                  cutlass::half_t* k_dq, float* scratch, int tid, float& v_max,
                                                  int& k_exp) {
   constexpr int kVecs = Traits::kBlockN * Traits::kHeadDim / 8;  // 16-byte vectors of 8 values
-  constexpr int kWarps = Traits::kNumThreads / 32;
-  static_assert(kVecs % Traits::kNumThreads == 0, "whole vectors per thread");
+  constexpr int kThreads = Traits::kNumMmaThreads;
+  constexpr int kWarps = kThreads / 32;
+  static_assert(kVecs % kThreads == 0, "whole vectors per thread");
   const uint4* k4 = reinterpret_cast<const uint4*>(k);
   const uint4* v4 = reinterpret_cast<const uint4*>(v);
   // bf16 -> fp32 is a 16-bit shift: the low value of a word is bits << 16, the high one its top.
@@ -106,7 +82,7 @@ __device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element*
   };
   float km = 0.0f, vm = 0.0f;
   CUTLASS_PRAGMA_UNROLL
-  for (int i = tid; i < kVecs; i += Traits::kNumThreads) {
+  for (int i = tid; i < kVecs; i += kThreads) {
     km = abs_max8(k4[i], km);
     vm = abs_max8(v4[i], vm);
   }
@@ -119,7 +95,7 @@ __device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element*
     scratch[tid / 32] = km;
     scratch[kWarps + tid / 32] = vm;
   }
-  __syncthreads();
+  cutlass::arch::NamedBarrier::sync(kThreads, static_cast<uint32_t>(BwdBarrier::kPrologue));
   CUTLASS_PRAGMA_UNROLL
   for (int w = 0; w < kWarps; ++w) {
     km = fmaxf(km, scratch[w]);
@@ -130,7 +106,7 @@ __device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element*
   const float g = exact_pow2(k_exp);
   uint4* kdq4 = reinterpret_cast<uint4*>(k_dq);
   CUTLASS_PRAGMA_UNROLL
-  for (int i = tid; i < kVecs; i += Traits::kNumThreads) {
+  for (int i = tid; i < kVecs; i += kThreads) {
     const uint4 x = k4[i];
     const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     uint32_t h[4];

@@ -2,8 +2,10 @@
 // (lse * log2e, D = rowsum(dO * O), dQ accumulator zeroed) and the sm80 postprocess (fp32 dQ
 // rounded into dq), over the same workspace (src/cuda/sm80/bwd_plan.h).
 //
-// Grid: bwd_block_coords below; two warpgroups per block (bwd_kernel_traits_sm90.h).
-// Per step (one kBlockM-row Q tile of one query head), warpgroup w with keys [64 w, 64 w + 64):
+// Grid: bwd_block_coords (bwd_params_sm90.h). Three warpgroups per block: the producer
+// (bwd_producer_sm90.h: TMA loads of K, V, Q and dO, the row statistics, and dQ's TMA reductions)
+// and two consumers. Per step (one kBlockM-row Q tile of one query head), consumer w with keys
+// [64 w, 64 w + 64):
 //   S^T  = K Q^T                                           (wgmma, shared x shared; in flight while
 //                                                          the previous step's dQ is staged, below)
 //   dP^T = V dO^T                                          (wgmma, in flight during the softmax)
@@ -12,24 +14,20 @@
 //   dS^T = P^T * (dP^T - D)  -> registers and shared memory (bf16 inputs: fp16, row-scaled,
 //                                                          bwd_ds_scale_sm90.h)
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
-//   -- block barrier: both warpgroups' dS written --
-//   dQ   = dS K (columns split over the warpgroups; bf16 inputs: the fp16 copy of K), times scale
+//   -- consumer barrier: both consumers' dS written --
+//   dQ   = dS K (columns split over the consumers; bf16 inputs: the fp16 copy of K), times scale
 //          (bf16: and the inverse scales of dS and K); at the top of the next step (after the
-//          loop for the last), staged in shared memory, and each warpgroup adds its columns into
-//          dq_accum by TMA reduction (in the fixed turns of
-//          tile_range.h's deterministic schedule when kDeterministic, a turn passing on at the
-//          next step's dS barrier once both warpgroups' additions are complete; the walk over Q
-//          tiles starts on the diagonal under its rotated form)
+//          loop for the last), staged in shared memory for the producer's dQ warp, which adds it
+//          into dq_accum by TMA reductions (in the fixed turns of tile_range.h's deterministic
+//          schedule when kDeterministic; the walk over Q tiles starts on the diagonal under its
+//          rotated form)
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
-// bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging step t's
-// dQ behind step t + 1's S^T, rather than before it, is measured in bench/results/2026-12-03_run14
-// (issuing dP^T there too was up to 7% slower).
-// The dS barrier is the only one between the warpgroups in a step, so one may run up to a step
-// ahead of the other. Q / dO come by TMA two steps ahead: the warpgroup that is second to finish
-// with a stage refills it. dK (times scale) and dV are written once at the end.
+// bookkeeping. Staging step t's dQ behind step t + 1's S^T, rather than before it, is measured in
+// bench/results/2026-12-03_run14 (issuing dP^T there too was up to 7% slower).
+// The dS barrier is the only one between the consumers in a step, so one may run up to a step
+// ahead of the other. The producer runs up to two stages ahead. dK (times scale) and dV are
+// written once at the end.
 #pragma once
-#include <cmath>
-
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -39,73 +37,15 @@
 #include "../common/mask_tile.h"
 #include "../sm80/bwd_epilogue.h"
 #include "../sm80/bwd_params.h"
-#include "../sm80/bwd_row_stats.h"
 #include "bwd_ds_scale_sm90.h"
 #include "bwd_kernel_traits_sm90.h"
+#include "bwd_params_sm90.h"
+#include "bwd_producer_sm90.h"
 #include "bwd_smem_stores_sm90.h"
 #include "device_code_sm90.h"
 #include "wgmma_utils_sm90.h"
 
-
 namespace flashtrain::cuda::sm90 {
-
-template <class Traits>
-struct BwdKernelParams {
-  sm80::BwdParams p;
-  typename Traits::TmaLoadQdO tma_q;
-  typename Traits::TmaLoadQdO tma_do;
-  typename Traits::TmaLoadKV tma_k;
-  typename Traits::TmaLoadKV tma_v;
-  typename Traits::TmaReducedQ tma_dq;
-  typename Traits::ShapeQKV shape_q;
-  typename Traits::ShapeQKV shape_k;
-  typename Traits::ShapeQKV shape_dq;
-  // Grid order (bwd_launch_template_sm90.h). band_heads == 0: a 3-D grid (key tile, batch, head),
-  // the key tiles of a head adjacent (descending under the rotated dQ walk: dq_launch_key_tile). band_heads > 0: a 1-D grid walking bands of band_heads
-  // (batch, head) units, each band key tile by key tile: every unit's tile 0 of the band, then
-  // every tile 1, ...
-  int band_heads;
-  int units;     // batch * heads per block row (the grid's y * z extent in the 3-D order)
-  int n_blocks;  // key tiles per unit
-};
-
-// (key tile, batch, head unit) of this block under kp's grid order.
-template <class Traits>
-__device__ __forceinline__ void bwd_block_coords(const BwdKernelParams<Traits>& kp, int heads_z, int& n_block, int& b,
-                                                 int& head_z) {
-  if (kp.band_heads == 0) {
-    n_block = dq_launch_key_tile(kp.p.dq_rotated, kp.n_blocks, static_cast<int>(blockIdx.x));
-    b = static_cast<int>(blockIdx.y);
-    head_z = static_cast<int>(blockIdx.z);
-    return;
-  }
-  const int lin = static_cast<int>(blockIdx.x);
-  const int per_band = kp.band_heads * kp.n_blocks;
-  const int band = lin / per_band;
-  const int r = lin - band * per_band;
-  const int first_unit = band * kp.band_heads;
-  const int units_here = min(kp.band_heads, kp.units - first_unit);
-  n_block = r / units_here;
-  const int unit = first_unit + (r - n_block * units_here);
-  b = unit / heads_z;
-  head_z = unit - b * heads_z;
-}
-
-// Waits until this thread's bulk groups (the TMA reductions) have completed, and orders their
-// (async-proxy) global writes before this thread's later generic-proxy operations (the
-// deterministic turn's release).
-__device__ __forceinline__ void bulk_wait_complete() {
-#ifdef FLASHTRAIN_SM90_DEVICE_CODE
-  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#endif
-}
-// Passes the deterministic dQ turn of semaphore `sema` on, from one thread, once both warpgroups'
-// additions are complete (sm80/bwd_epilogue.h's turn primitives).
-__device__ __forceinline__ void pass_turn(int* sema) {
-  __threadfence();
-  sm80::release_dq_turn(sema);
-}
 
 template <class Traits, bool kDeterministic>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
@@ -137,12 +77,51 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int n0 = n_block * kBlockN;
   if (n0 >= geo.len_k) return;
   const MaskSpec mask = geo.mask(p);
+  BwdWalk walk;
   // The column range is the whole tile (not clipped at len_k) so that first_key_tile() inverts it.
-  const TileRange m_tiles = visible_query_tiles(mask, n0, n0 + kBlockN, geo.len_q, kBlockM);
-  const int m_count = m_tiles.empty() ? 0 : m_tiles.end - m_tiles.begin;
-  const int num_steps = m_count * p.heads_per_chunk;
+  walk.m_tiles = visible_query_tiles(mask, n0, n0 + kBlockN, geo.len_q, kBlockM);
+  const int m_count = walk.m_tiles.empty() ? 0 : walk.m_tiles.end - walk.m_tiles.begin;
+  walk.num_steps = m_count * p.heads_per_chunk;
+  walk.start = walk.m_tiles.begin + dq_walk_offset(p.dq_rotated, n_block, walk.m_tiles, kBlockM, kBlockN);
+  walk.first = DqWalkPos{hq_begin, walk.start};
+  const int num_steps = walk.num_steps;
 
-  // ---- shared memory and TMA --------------------------------------------------------------
+  const int warp = tid / 32;
+  if (warp == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_dq.get_tma_descriptor());
+    ClusterBarrier::init(&s.kv_full, 1);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kStages; ++i) {
+      ClusterBarrier::init(&s.qdo_full[i], 1);
+      ClusterBarrier::init(&s.stats_full[i], Traits::kStatsThreads);
+      ClusterBarrier::init(&s.stage_empty[i], Traits::kNumMmaThreads);
+    }
+    ClusterBarrier::init(&s.dq_full, Traits::kNumMmaThreads);
+    ClusterBarrier::init(&s.dq_empty, 1);
+    ClusterBarrier::init(&s.vmax_ready, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (tid < Traits::kThreadsPerWarpGroup) {  // ---- the producer warpgroup
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (warp == 0) {
+      if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block);
+    } else if (warp == 1) {
+      if (tid % 32 == 0) bwd_write_dq<Traits, kDeterministic>(kp, s, walk, mask, geo, b, n_block);
+    } else {
+      bwd_fetch_stats<Traits>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
+    }
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int mma_tid = tid - Traits::kThreadsPerWarpGroup;
+
+  // ---- shared memory ----------------------------------------------------------------------
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
   ElementdQ* k_dq;  // the B operand of dQ = dS K
   if constexpr (Traits::kScaledDs) {
@@ -158,96 +137,30 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdOt{});
   Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdS{});
 
-  const int wg = tid / Traits::kThreadsPerWarpGroup;
-  const int wg_tid = tid % Traits::kThreadsPerWarpGroup;
-  if (tid == 0) {
-    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_dq.get_tma_descriptor());
-    ClusterBarrier::init(&s.kv_full, 1);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kStages; ++i) {
-      ClusterBarrier::init(&s.qdo_full[i], 1);
-      s.qdo_released[i] = 0;
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-
-  // Step t covers query head hq_begin + t / m_count and step t % m_count of the walk over the Q
-  // tiles, which starts on the diagonal under the rotated deterministic schedule (tile_range.h).
-  // The loop follows the steps one by one (dq_walk_next), dividing by m_count nowhere.
-  const int walk_start = m_tiles.begin + dq_walk_offset(p.dq_rotated, n_block, m_tiles, kBlockM, kBlockN);
-  auto next_pos = [&](DqWalkPos pos) { return dq_walk_next(m_tiles, walk_start, pos); };
-
-  // One thread: Q and dO of the step at `pos` into `stage` (TMA zero-fills rows past Sq).
-  auto load_qdo = [&](DqWalkPos pos, int stage) {
-    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
-    Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
-    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
-    Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
-    auto cta_q = kp.tma_q.get_slice(_0{});
-    auto cta_do = kp.tma_do.get_slice(_0{});
-    ClusterTransactionBarrier::arrive_and_expect_tx(&s.qdo_full[stage], 2 * Traits::kTmaBytesQ);
-    copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
-    copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
-  };
-  // Row statistics of `step` (at `pos`) into `stage` (bwd_row_stats.h; bf16: and f_i into the
-  // step's scale slot), made visible by the dS barrier of the step issuing them (each thread waits
-  // for its own copies before it, and then turns its rows' f_i into s_i: finish_stats).
-  static_assert(2 * kBlockM <= Traits::kNumThreads, "one thread per row statistic");
-  auto load_stats = [&](int step, DqWalkPos pos, int stage) {
-    fetch_step_stats<Traits>(p, geo, pos.head, pos.m_block * kBlockM, tid, s.lse_log2[stage], s.dsum[stage],
-                             s.ds_scale[step % Traits::kScaleSlots]);
-    cute::cp_async_fence();
-  };
-  // bf16: s.v_max, the tile's max |V|, is set in the prologue (bwd_ds_scale_sm90.h). It and
-  // s.dq_scale live in shared memory, not in registers the main loop would lack.
-  auto finish_stats = [&](int step, int stage) {
-    if constexpr (Traits::kScaledDs)
-      finish_row_scale<Traits>(tid, s.dsum[stage], s.ds_scale[step % Traits::kScaleSlots], s.v_max);
-  };
-
-  const DqWalkPos first_pos{hq_begin, walk_start};
   if (num_steps > 0) {
-    if (tid == 0) {
-      Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b);
-      Tensor mV = kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, hk, b);
-      Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
-      Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
-      auto cta_k = kp.tma_k.get_slice(_0{});
-      auto cta_v = kp.tma_v.get_slice(_0{});
-      ClusterTransactionBarrier::arrive_and_expect_tx(&s.kv_full, 2 * Traits::kTmaBytesKV);
-      copy(kp.tma_k.with(s.kv_full), cta_k.partition_S(gK), cta_k.partition_D(sK));
-      copy(kp.tma_v.with(s.kv_full), cta_v.partition_S(gV), cta_v.partition_D(sV));
-      load_qdo(first_pos, 0);
-      if (num_steps > 1) load_qdo(next_pos(first_pos), 1);
-    }
-    load_stats(0, first_pos, 0);
-    float v_max = 0.0f;
-    int k_exp = 0;
+    ClusterBarrier::wait(&s.kv_full, 0);
     if constexpr (Traits::kScaledDs) {
-      ClusterBarrier::wait(&s.kv_full, 0);
-      convert_k_for_dq<Traits>(s.k.data(), s.v.data(), s.k_dq.data(), s.scratch, tid, v_max, k_exp);
+      // bf16: the fp16 copy of K for dQ, and the tile's max |V| for the statistics warps' s_i. It
+      // and s.dq_scale live in shared memory, not in registers the main loop would lack; the
+      // first dS barrier makes dq_scale visible to every consumer.
+      float v_max = 0.0f;
+      int k_exp = 0;
+      convert_k_for_dq<Traits>(s.k.data(), s.v.data(), s.k_dq.data(), s.scratch, mma_tid, v_max, k_exp);
+      if (mma_tid == 0) {
+        s.v_max = v_max;
+        s.dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
+        ClusterBarrier::arrive(&s.vmax_ready);
+      }
     }
-    if (Traits::kScaledDs && tid == 0) {
-      s.v_max = v_max;
-      s.dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
-    }
-    cute::cp_async_wait<0>();
-    if constexpr (Traits::kScaledDs) finish_row_scale<Traits>(tid, s.dsum[0], s.ds_scale[0], v_max);
-    __syncthreads();
   }
 
   // ---- MMA partitions ----------------------------------------------------------------------
   typename Traits::TiledMmaSdP mma_sdp;
   typename Traits::TiledMmadKV mma_dkv;
   typename Traits::TiledMmadQ mma_dq;
-  auto thr_sdp = mma_sdp.get_thread_slice(tid);
-  auto thr_dkv = mma_dkv.get_thread_slice(tid);
-  auto thr_dq = mma_dq.get_thread_slice(tid);
+  auto thr_sdp = mma_sdp.get_thread_slice(mma_tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(mma_tid);
+  auto thr_dq = mma_dq.get_thread_slice(mma_tid);
 
   Tensor tSrK = thr_sdp.partition_fragment_A(sK);     // descriptors, this warpgroup's 64 keys
   Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);     // (MMA, MMA_N, MMA_K, stages)
@@ -266,20 +179,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // Shared-memory addresses of the dS buffers and the dQ staging tile (bwd_smem_stores_sm90.h).
   const uint32_t ds_smem = cute::cast_smem_ptr_to_uint(s.ds.data());
   const uint32_t dq_smem = cute::cast_smem_ptr_to_uint(s.dq.data());
-  // This warpgroup's TMA reductions of a step: its boxes of 32 columns, issued by one thread.
-  auto reduce_dq = [&](int hq, int m_block) {
-    Tensor mdQ = kp.tma_dq.get_tma_tensor(kp.shape_dq)(_, _, hq, b);
-    auto cta = kp.tma_dq.get_slice(_0{});
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < Traits::kDqBoxesPerWarpGroup; ++i) {
-      const int box = wg * Traits::kDqBoxesPerWarpGroup + i;
-      Tensor gdQ = local_tile(mdQ, Shape<Int<kBlockM>, Int<Traits::kDqBoxCols>>{}, make_coord(m_block, box));
-      Tensor sdQbox = make_tensor(make_smem_ptr(s.dq.data() + box * kBlockM * Traits::kDqBoxCols),
-                                  typename Traits::SmemLayoutdQBox{});
-      copy(kp.tma_dq, cta.partition_S(sdQbox), cta.partition_D(gdQ));
-    }
-    cute::tma_store_arrive();
-  };
 
   // (key, query) coordinates of this thread's S^T elements inside the tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileSdP{}));
@@ -287,54 +186,37 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kRows = decltype(size<0>(coords))::value;  // keys of this thread
   constexpr int kCols = decltype(size<1>(coords))::value;  // queries of this thread
 
-  // Deterministic: the semaphore (index into p.dq_sema) of the dQ turn this block holds and has
-  // not passed on yet, -1 when none.
-  int pending_turn = -1;
-  // Step t's dQ (scale * dS K, computed at its end) is staged and reduced at the top of step t + 1,
-  // behind the issue of that step's S^T, so that the tensor cores have S^T while the staging runs.
-  // (The scaled dQ is a register array of its own, not the accumulator: were the two one set of
-  // registers across the loop, ptxas would wait for the S^T batch before the staging's stores.)
+  // Step t's dQ (scale * dS K, computed at its end) is staged at the top of step t + 1, behind the
+  // issue of that step's S^T, so that the tensor cores have S^T while the staging runs; the
+  // producer's dQ warp takes it from there. (The scaled dQ is a register array of its own, not the
+  // accumulator: were the two one set of registers across the loop, ptxas would wait for the S^T
+  // batch before the staging's stores.)
   Tensor dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-  auto stage_and_reduce_dq = [&](DqWalkPos at) {
-    store_dq_staging<Traits>(dq_smem, dq, tid);
+  auto stage_dq = [&](int step) {
+    // The dQ warp's reductions of the step before have read the staging tile.
+    if (step > 0) ClusterBarrier::wait(&s.dq_empty, static_cast<uint32_t>((step - 1) & 1));
+    store_dq_staging<Traits>(dq_smem, dq, mma_tid);
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
-    // This warpgroup's columns staged (barrier wg: its threads alone).
-    cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(wg));
-    if constexpr (kDeterministic) {
-      // Each warpgroup's issuing thread waits for the tile's turn itself (no block barrier); the
-      // turn passes on at the next dS barrier, or after the loop, once both have completed.
-      const int m0 = at.m_block * kBlockM;
-      pending_turn = static_cast<int>(sm80::dq_semaphore(p, b, at.head, at.m_block) - p.dq_sema);
-      if (wg_tid == 0)
-        sm80::spin_until_dq_turn(p.dq_sema + pending_turn,
-                                 dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
-    }
-    if (wg_tid == 0) reduce_dq(at.head, at.m_block);
+    ClusterBarrier::arrive(&s.dq_full);
   };
 
-  if constexpr (!Traits::kScaledDs) {
-    if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);
-  }
-  DqWalkPos pos = first_pos;
-  DqWalkPos prev_pos = first_pos;
+  DqWalkPos pos = walk.first;
   CUTLASS_PRAGMA_NO_UNROLL
   for (int step = 0; step < num_steps; ++step) {
     const int stage = step % kStages;
     const int ds_stage = step % Traits::kStagesdS;
     const int m0 = pos.m_block * kBlockM;
-    const DqWalkPos pos1 = next_pos(pos);
-    const bool has_next = step + 1 < num_steps;
+    const uint32_t stage_parity = static_cast<uint32_t>((step / kStages) & 1);
 
-    ClusterBarrier::wait(&s.qdo_full[stage], static_cast<uint32_t>((step / kStages) & 1));
+    ClusterBarrier::wait(&s.qdo_full[stage], stage_parity);
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
-    if (step > 0) stage_and_reduce_dq(prev_pos);
+    if (step > 0) stage_dq(step - 1);
     Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
-    // The other stage's statistics were last read before the previous step's dS barrier.
-    if (has_next) load_stats(step + 1, pos1, stage ^ 1);
     // Row statistics of this thread's query columns, read from shared memory where they are used
     // (each serves kRows elements; holding them in registers would cost 2 * kCols).
+    ClusterBarrier::wait(&s.stats_full[stage], stage_parity);
     const float* stage_lse2 = s.lse_log2[stage];
     const float* stage_dsum = s.dsum[stage];
     // Keys outside a query row's window need masking unless every row of the tile sees every
@@ -387,41 +269,20 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     // the last dS barrier). bf16: fp16(dS^T s_i) (before the dK GEMM, whose operand registers
     // would otherwise be live next to the fp32 dS^T).
     if constexpr (Traits::kScaledDs) {
-      store_ds_transposed_scaled<Traits>(ds_smem, tdPrdP, s.ds_scale[step % Traits::kScaleSlots], ds_stage, tid);
+      store_ds_transposed_scaled<Traits>(ds_smem, tdPrdP, s.ds_scale[stage], ds_stage, mma_tid);
     } else {
-      store_ds_transposed<Traits>(ds_smem, tOrdS, ds_stage, tid);
+      store_ds_transposed<Traits>(ds_smem, tOrdS, ds_stage, mma_tid);
     }
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
-    // The next step's row statistics have landed (this thread's copies); bf16: its s_i, into a slot
-    // last read by the dQ staging two steps back.
-    cute::cp_async_wait<0>();
-    if (has_next) finish_stats(step + 1, stage ^ 1);
     cutlass::arch::fence_view_async_shared();  // dS stores visible to the wgmma (async proxy)
-    if (wg_tid == 0) {
-      // This warpgroup's last dQ boxes have left shared memory; deterministic: have been added.
-      if constexpr (kDeterministic) {
-        bulk_wait_complete();
-        __threadfence();  // ordered before the turn's release by thread 0 below
-      } else {
-        cute::tma_store_wait<0>();
-      }
-    }
-    __syncthreads();  // the dS barrier: both warpgroups' keys of dS written
-    if constexpr (kDeterministic) {
-      // Both warpgroups' additions of the last step are in global memory, so its dQ turn passes
-      // on here, a step late but off the critical path (the next block in the turn order wants
-      // it only at its own dQ reduction of a step later).
-      if (pending_turn >= 0) {
-        if (tid == 0) pass_turn(p.dq_sema + pending_turn);
-        pending_turn = -1;
-      }
-    }
+    // The dS barrier: both consumers' keys of dS written.
+    cutlass::arch::NamedBarrier::sync(Traits::kNumMmaThreads, static_cast<uint32_t>(BwdBarrier::kDsWritten));
 
     // dQ's row factors, loaded while the dQ GEMM runs: scale for fp16; for bf16 also 2^-eK / s_i
     // (bwd_ds_scale_sm90.h).
     cute::array<float, 2 * kBlockM / 64> dq_factors;
     if constexpr (Traits::kScaledDs) {
-      dq_factors = dq_row_factors<Traits>(s.ds_scale[step % Traits::kScaleSlots], s.dq_scale, tid);
+      dq_factors = dq_row_factors<Traits>(s.ds_scale[stage], s.dq_scale, mma_tid);
     } else {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < static_cast<int>(dq_factors.size()); ++i) dq_factors[i] = p.scale;
@@ -431,26 +292,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_fence_operand(acc_dk);
     warpgroup_fence_operand(acc_dv);
     scale_dq_rows<Traits>(dq, acc_dq, dq_factors);
-    // Every wgmma of this warpgroup that reads this Q / dO stage has completed (the wait above
-    // covers the whole warpgroup's batches). The second warpgroup to get here refills the stage.
-    if (wg_tid == 0) {
-      ::cuda::atomic_ref<uint32_t, ::cuda::thread_scope_block> released(s.qdo_released[stage]);
-      const uint32_t before = released.fetch_add(1u, ::cuda::memory_order_acq_rel);
-      if ((before & 1u) != 0 && step + kStages < num_steps) load_qdo(next_pos(pos1), stage);
-    }
-    prev_pos = pos;
-    pos = pos1;
+    // This thread is done with the stage: every wgmma of its warpgroup that reads Q or dO has
+    // completed (the wait above covers the whole warpgroup's batches), and its reads of the
+    // statistics have returned (dq_factors is used above).
+    ClusterBarrier::arrive(&s.stage_empty[stage]);
+    pos = walk.next(pos);
   }
-  if (num_steps > 0) stage_and_reduce_dq(prev_pos);
-
-  if (wg_tid == 0) {
-    bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory
-    if (kDeterministic && pending_turn >= 0) __threadfence();
-  }
-  if (kDeterministic && pending_turn >= 0) {
-    __syncthreads();  // both warpgroups' last additions are in global memory
-    if (tid == 0) pass_turn(p.dq_sema + pending_turn);
-  }
+  if (num_steps > 0) stage_dq(num_steps - 1);
 
   // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
   sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);

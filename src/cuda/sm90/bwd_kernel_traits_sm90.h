@@ -1,13 +1,14 @@
 // Compile-time shape of the sm90a backward main kernel for one (head dim, element type): tile
 // sizes, the four wgmma tiled MMAs, shared-memory layouts and the TMA copy types.
 //
-// One block owns a kBlockN = 128 row KV tile and walks the kBlockM-row Q tiles that see it. Two
-// warpgroups split the KV tile: warpgroup w owns key rows [64 w, 64 w + 64), so it computes the
+// One block owns a kBlockN = 128 row KV tile and walks the kBlockM-row Q tiles that see it. A
+// producer warpgroup loads (Q, dO, row statistics) and adds dQ into dq_accum; two consumer
+// warpgroups split the KV tile: consumer w owns key rows [64 w, 64 w + 64), so it computes the
 // transposed tiles S^T = K Q^T and dP^T = V dO^T of its keys, keeps dK and dV of its keys in
 // registers and feeds P^T / dS^T from registers straight into the dV / dK GEMMs. dQ = dS K needs
 // every key, so dS^T goes through shared memory (two buffers, so that one warpgroup may write the
-// next step's while the other still reads this one's) and the two warpgroups split dQ's columns,
-// each adding its half into dq_accum with TMA reductions.
+// next step's while the other still reads this one's); the two consumers split dQ's columns and
+// stage them in shared memory, from where the producer's dQ warp adds them by TMA reductions.
 #pragma once
 #include <cstdint>
 
@@ -38,17 +39,27 @@ struct BwdTraits {
   static constexpr int kBlockN = 128;  // key rows per block
   static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
   static constexpr int kStagesdS = 2;  // dS buffers
-  static constexpr int kNumWarpGroups = 2;
+  static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
-  static constexpr int kNumThreads = kNumWarpGroups * kThreadsPerWarpGroup;
-  static constexpr int kKeysPerWarpGroup = kBlockN / kNumWarpGroups;
+  static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
+  static constexpr int kNumThreads = kNumMmaThreads + kThreadsPerWarpGroup;  // + the producer warpgroup
+  // Producer warpgroup (warpgroup 0): warp 0 issues the TMA loads, warp 1 the dQ reductions,
+  // warps 2 and 3 fetch the row statistics.
+  static constexpr int kStatsWarp = 2;
+  static constexpr int kStatsThreads = 64;
+  // setmaxnreg budgets: 384 threads launch with 168 registers; the producer's 144 freed per thread
+  // are the consumers' 72 more (24 * 128 + 240 * 256 = 168 * 384).
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kProducerRegs * kThreadsPerWarpGroup + kConsumerRegs * kNumMmaThreads <= 65536,
+                "register budgets exceed the register file");
+  static constexpr int kKeysPerWarpGroup = kBlockN / kNumMmaWarpGroups;
   static_assert(kKeysPerWarpGroup == 64, "one 64-row wgmma slab of keys per warpgroup");
 
   // bf16 inputs: dQ = dS K reads dS and a copy of K in fp16, scaled by powers of two
   // (bwd_ds_scale_sm90.h). fp16 inputs read their own dS and K.
   static constexpr bool kScaledDs = cute::is_same_v<Element, cutlass::bfloat16_t>;
   using ElementdQ = cutlass::half_t;  // the dQ GEMM's operands
-  static constexpr int kScaleSlots = 3;  // s_i of the step before, this one and the next
 
   using Int_M = cute::Int<kBlockM>;
   using Int_N = cute::Int<kBlockN>;
@@ -68,7 +79,7 @@ struct BwdTraits {
       cute::Layout<cute::Shape<cute::_2, cute::_1, cute::_1>>{}));
   // dQ = dS K: (queries x D x keys); the warpgroups split D. A = dS from shared memory (queries
   // contiguous, MN-major), B = K (bf16 inputs: its fp16 copy) read transposed (MN-major).
-  using TileShapedQAtom = cute::Shape<Int_M, cute::Int<kHeadDim / kNumWarpGroups>, Int_N>;
+  using TileShapedQAtom = cute::Shape<Int_M, cute::Int<kHeadDim / kNumMmaWarpGroups>, Int_N>;
   using TileShapedQ = cute::Shape<Int_M, Int_D, Int_N>;
   using TiledMmadQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<ElementdQ, ElementdQ, ElementAccum, TileShapedQAtom, cute::GMMA::Major::MN,
@@ -99,10 +110,10 @@ struct BwdTraits {
 
   // The step's dQ (scale * dS K, fp32) is staged in shared memory, 128-byte swizzled in boxes of
   // 32 columns (the accumulator's stores then hit distinct banks), and added into dq_accum by TMA
-  // reductions (cp.reduce.async.bulk.tensor .add), one per box; warpgroup w owns the boxes of its
+  // reductions (cp.reduce.async.bulk.tensor .add), one per box; consumer w writes the boxes of its
   // columns [w D / 2, (w + 1) D / 2), which are the first / second half of the staging memory.
   static constexpr int kDqBoxCols = 32;
-  static constexpr int kDqBoxesPerWarpGroup = kHeadDim / kDqBoxCols / kNumWarpGroups;
+  static constexpr int kDqBoxesPerWarpGroup = kHeadDim / kDqBoxCols / kNumMmaWarpGroups;
   using SmemAtomdQ = cute::GMMA::Layout_K_SW128_Atom<float>;  // 8 x 32 floats
   using SmemLayoutdQ = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, Int_D>{}));
   using SmemLayoutdQBox = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, cute::Int<kDqBoxCols>>{}));
@@ -138,22 +149,33 @@ struct BwdTraits {
     cute::array_aligned<float, cute::cosize_v<SmemLayoutdQ>, kSmemAlign> dq;
     // K * 2^eK in fp16 (kScaledDs; one vector otherwise).
     cute::array_aligned<ElementdQ, kScaledDs ? cute::cosize_v<SmemLayoutKV> : 8, kSmemAlign> k_dq;
-    float lse_log2[kStages][kBlockM];  // lse * log2(e) of the stage's rows (+inf past the sequence)
-    float dsum[kStages][kBlockM];      // D = rowsum(dO * O) of the stage's rows (0 past the sequence)
-    // kScaledDs: s_i of step t's rows in slot t % kScaleSlots, read by its dQ staging after the
-    // step's dS barrier, so a slot is rewritten only two dS barriers later.
-    float ds_scale[kScaleSlots][kBlockM];
-    float scratch[2 * kNumThreads / 32];  // the prologue's block reductions
-    float v_max;                          // kScaledDs: the tile's max |V|
-    float dq_scale;                       // the dQ staging's factor before 1 / s_i: scale (* 2^-eK)
-    uint64_t kv_full;                  // TMA of K and V landed
-    uint64_t qdo_full[kStages];        // TMA of a Q and dO tile landed
-    // Warpgroups done with a Q / dO stage, counted up by one per warpgroup and step: the one
-    // that makes it even refills the stage (no warpgroup waits for the other to do so).
-    uint32_t qdo_released[kStages];
+    // Row statistics of the stage's rows, written by the producer's statistics warps.
+    float lse_log2[kStages][kBlockM];  // lse * log2(e) (+inf past the sequence)
+    float dsum[kStages][kBlockM];      // D = rowsum(dO * O) (0 past the sequence)
+    float ds_scale[kStages][kBlockM];  // kScaledDs: s_i (bwd_ds_scale_sm90.h; 1 past the sequence)
+    float scratch[2 * kNumMmaThreads / 32];  // the consumers' prologue reductions
+    float v_max;                             // kScaledDs: the tile's max |V|
+    float dq_scale;                          // the dQ staging's factor before 1 / s_i: scale (* 2^-eK)
+    // mbarriers, each thread of a role arriving for itself. A stage (Q, dO and their row
+    // statistics) is full when its TMA bytes have landed and every statistics thread has written,
+    // empty when every consumer thread is done with it. The dQ staging tile is full when every
+    // consumer thread has written it, empty when the dQ warp's reductions have read it.
+    uint64_t kv_full;
+    uint64_t qdo_full[kStages];
+    uint64_t stats_full[kStages];
+    uint64_t stage_empty[kStages];
+    uint64_t dq_full;
+    uint64_t dq_empty;
+    uint64_t vmax_ready;  // kScaledDs: s.v_max set (the statistics warps' s_i need it)
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");
+};
+
+// Named barriers of the consumer warpgroups (ids after CUTLASS's reserved ones).
+enum class BwdBarrier : uint32_t {
+  kDsWritten = 0,  // both consumers' dS of the step in shared memory
+  kPrologue = 1,   // the consumers' block reductions of K's and V's maxima
 };
 
 }  // namespace flashtrain::cuda::sm90

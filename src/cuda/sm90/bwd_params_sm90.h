@@ -1,0 +1,67 @@
+// What every role of the sm90 backward main kernel (bwd_kernel_sm90.h, bwd_producer_sm90.h)
+// shares: the kernel's parameters, the block's coordinates under the grid order, and the block's
+// walk over (query head, Q tile) steps.
+#pragma once
+#include <cute/tensor.hpp>
+
+#include "../../common/mask.h"
+#include "../common/mask_tile.h"
+#include "../sm80/bwd_params.h"
+
+namespace flashtrain::cuda::sm90 {
+
+template <class Traits>
+struct BwdKernelParams {
+  sm80::BwdParams p;
+  typename Traits::TmaLoadQdO tma_q;
+  typename Traits::TmaLoadQdO tma_do;
+  typename Traits::TmaLoadKV tma_k;
+  typename Traits::TmaLoadKV tma_v;
+  typename Traits::TmaReducedQ tma_dq;
+  typename Traits::ShapeQKV shape_q;
+  typename Traits::ShapeQKV shape_k;
+  typename Traits::ShapeQKV shape_dq;
+  // Grid order (bwd_launch_template_sm90.h). band_heads == 0: a 3-D grid (key tile, batch, head),
+  // the key tiles of a head adjacent (descending under the rotated dQ walk: dq_launch_key_tile).
+  // band_heads > 0: a 1-D grid walking bands of band_heads (batch, head) units, each band key tile
+  // by key tile: every unit's tile 0 of the band, then every tile 1, ...
+  int band_heads;
+  int units;     // batch * heads per block row (the grid's y * z extent in the 3-D order)
+  int n_blocks;  // key tiles per unit
+};
+
+// (key tile, batch, head unit) of this block under kp's grid order.
+template <class Traits>
+__device__ __forceinline__ void bwd_block_coords(const BwdKernelParams<Traits>& kp, int heads_z, int& n_block, int& b,
+                                                 int& head_z) {
+  if (kp.band_heads == 0) {
+    n_block = dq_launch_key_tile(kp.p.dq_rotated, kp.n_blocks, static_cast<int>(blockIdx.x));
+    b = static_cast<int>(blockIdx.y);
+    head_z = static_cast<int>(blockIdx.z);
+    return;
+  }
+  const int lin = static_cast<int>(blockIdx.x);
+  const int per_band = kp.band_heads * kp.n_blocks;
+  const int band = lin / per_band;
+  const int r = lin - band * per_band;
+  const int first_unit = band * kp.band_heads;
+  const int units_here = min(kp.band_heads, kp.units - first_unit);
+  n_block = r / units_here;
+  const int unit = first_unit + (r - n_block * units_here);
+  b = unit / heads_z;
+  head_z = unit - b * heads_z;
+}
+
+// The block's steps: step t covers query head first.head + t / m_count and step t % m_count of
+// the walk over the Q tiles m_tiles, which starts on the diagonal under the rotated deterministic
+// schedule (tile_range.h). Every role follows the steps one by one (next), dividing by m_count
+// nowhere.
+struct BwdWalk {
+  TileRange m_tiles;
+  int start;  // the walk's first Q tile
+  int num_steps;
+  DqWalkPos first;
+  __device__ DqWalkPos next(DqWalkPos pos) const { return dq_walk_next(m_tiles, start, pos); }
+};
+
+}  // namespace flashtrain::cuda::sm90

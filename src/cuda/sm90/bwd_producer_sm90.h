@@ -1,0 +1,165 @@
+// The producer warpgroup of the sm90 backward main kernel (bwd_kernel_sm90.h): one thread of warp 0
+// loads K and V once and each step's Q and dO by TMA; warps 2 and 3 fetch each step's row
+// statistics; one thread of warp 1 adds each step's staged dQ into dq_accum by TMA reductions (in
+// the deterministic turns of tile_range.h when kDeterministic). All three run two stages / one
+// staging tile ahead of or behind the consumers, on the mbarriers of SharedStorage.
+#pragma once
+#include <cmath>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "../../common/mask.h"
+#include "../sm80/bwd_epilogue.h"
+#include "../sm80/bwd_params.h"
+#include "bwd_ds_scale_sm90.h"
+#include "bwd_params_sm90.h"
+
+namespace flashtrain::cuda::sm90 {
+
+// Parity of the stage_empty phase that frees `step`'s stage (step >= kStages): the release of
+// step - kStages.
+template <class Traits>
+__device__ __forceinline__ uint32_t stage_free_parity(int step) {
+  return static_cast<uint32_t>((step / Traits::kStages - 1) & 1);
+}
+
+// One thread: K and V of the block's key tile, then Q and dO of every step into its stage.
+template <class Traits>
+__device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s,
+                                               const BwdWalk& walk, int b, int hk, int n_block) {
+  using namespace cute;
+  using cutlass::arch::ClusterBarrier;
+  using cutlass::arch::ClusterTransactionBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  {
+    Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
+    Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Traits::SmemLayoutKV{});
+    Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b);
+    Tensor mV = kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, hk, b);
+    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
+    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
+    auto cta_k = kp.tma_k.get_slice(_0{});
+    auto cta_v = kp.tma_v.get_slice(_0{});
+    ClusterTransactionBarrier::arrive_and_expect_tx(&s.kv_full, 2 * Traits::kTmaBytesKV);
+    copy(kp.tma_k.with(s.kv_full), cta_k.partition_S(gK), cta_k.partition_D(sK));
+    copy(kp.tma_v.with(s.kv_full), cta_v.partition_S(gV), cta_v.partition_D(sV));
+  }
+  Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdO{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdO{});
+  auto cta_q = kp.tma_q.get_slice(_0{});
+  auto cta_do = kp.tma_do.get_slice(_0{});
+  DqWalkPos pos = walk.first;
+  for (int step = 0; step < walk.num_steps; ++step) {
+    const int stage = step % Traits::kStages;
+    if (step >= Traits::kStages) ClusterBarrier::wait(&s.stage_empty[stage], stage_free_parity<Traits>(step));
+    // TMA zero-fills rows past Sq.
+    Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
+    Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
+    Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
+    Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
+    ClusterTransactionBarrier::arrive_and_expect_tx(&s.qdo_full[stage], 2 * Traits::kTmaBytesQ);
+    copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
+    copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
+    pos = walk.next(pos);
+  }
+}
+
+// The statistics warps (thread 0 .. kStatsThreads - 1): each step's lse * log2e and D (bf16 inputs:
+// and s_i, bwd_ds_scale_sm90.h) of its rows into its stage; rows past the sequence get lse = +inf
+// (so P = 0), D = 0 and s_i = 1. bf16: s_i needs the tile's max |V|, which the consumers publish
+// through vmax_ready.
+template <class Traits>
+__device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const sm80::SeqGeometry& geo,
+                                                typename Traits::SharedStorage& s, const BwdWalk& walk,
+                                                int thread) {
+  using cutlass::arch::ClusterBarrier;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kRowsPerThread = kBlockM / Traits::kStatsThreads;
+  static_assert(kBlockM % Traits::kStatsThreads == 0, "whole rows per statistics thread");
+  float v_max = 0.0f;
+  DqWalkPos pos = walk.first;
+  for (int step = 0; step < walk.num_steps; ++step) {
+    const int stage = step % Traits::kStages;
+    if (step >= Traits::kStages) ClusterBarrier::wait(&s.stage_empty[stage], stage_free_parity<Traits>(step));
+    const int m0 = pos.m_block * kBlockM;
+    const int64_t first = static_cast<int64_t>(pos.head) * p.total_q + geo.row_q + m0;
+    float lse[kRowsPerThread], dsum[kRowsPerThread], f[kRowsPerThread];
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int row = thread + i * Traits::kStatsThreads;
+      const bool inside = m0 + row < geo.len_q;
+      lse[i] = inside ? p.lse_log2[first + row] : INFINITY;
+      dsum[i] = inside ? p.dsum[first + row] : 0.0f;
+      if constexpr (Traits::kScaledDs) f[i] = inside ? p.do_scale[first + row] : 1.0f;
+    }
+    if (Traits::kScaledDs && step == 0) {
+      ClusterBarrier::wait(&s.vmax_ready, 0);
+      v_max = s.v_max;
+    }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int row = thread + i * Traits::kStatsThreads;
+      s.lse_log2[stage][row] = lse[i];
+      s.dsum[stage][row] = dsum[i];
+      if constexpr (Traits::kScaledDs) s.ds_scale[stage][row] = row_scale<Traits>(f[i], dsum[i], v_max);
+    }
+    ClusterBarrier::arrive(&s.stats_full[stage]);
+    pos = walk.next(pos);
+  }
+}
+
+// Waits until this thread's bulk groups (the TMA reductions) have completed, and orders their
+// (async-proxy) global writes before this thread's later generic-proxy operations.
+__device__ __forceinline__ void bulk_wait_complete() {
+#ifdef FLASHTRAIN_SM90_DEVICE_CODE
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
+// One thread: each step's staged dQ (all kHeadDim columns) added into dq_accum by TMA reductions.
+// kDeterministic: in the step's turn of tile_range.h's schedule, passed on once the additions are
+// complete in global memory. The staging tile is released as soon as the reductions have read it.
+template <class Traits, bool kDeterministic>
+__device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s,
+                                             const BwdWalk& walk, const MaskSpec& mask, const sm80::SeqGeometry& geo,
+                                             int b, int n_block) {
+  using namespace cute;
+  using cutlass::arch::ClusterBarrier;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBoxes = Traits::kHeadDim / Traits::kDqBoxCols;
+  const sm80::BwdParams& p = kp.p;
+  auto cta = kp.tma_dq.get_slice(_0{});
+  DqWalkPos pos = walk.first;
+  for (int step = 0; step < walk.num_steps; ++step) {
+    ClusterBarrier::wait(&s.dq_full, static_cast<uint32_t>(step & 1));
+    int* sema = nullptr;
+    if constexpr (kDeterministic) {
+      const int m0 = pos.m_block * kBlockM;
+      sema = sm80::dq_semaphore(p, b, pos.head, pos.m_block);
+      sm80::spin_until_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q),
+                                             Traits::kBlockN));
+    }
+    Tensor mdQ = kp.tma_dq.get_tma_tensor(kp.shape_dq)(_, _, pos.head, b);
+    CUTLASS_PRAGMA_UNROLL
+    for (int box = 0; box < kBoxes; ++box) {
+      Tensor gdQ = local_tile(mdQ, Shape<Int<kBlockM>, Int<Traits::kDqBoxCols>>{}, make_coord(pos.m_block, box));
+      Tensor sdQbox = make_tensor(make_smem_ptr(s.dq.data() + box * kBlockM * Traits::kDqBoxCols),
+                                  typename Traits::SmemLayoutdQBox{});
+      copy(kp.tma_dq, cta.partition_S(sdQbox), cta.partition_D(gdQ));
+    }
+    cute::tma_store_arrive();
+    cute::tma_store_wait<0>();  // the staging tile has been read
+    ClusterBarrier::arrive(&s.dq_empty);
+    if constexpr (kDeterministic) {
+      bulk_wait_complete();
+      __threadfence();
+      sm80::release_dq_turn(sema);
+    }
+    pos = walk.next(pos);
+  }
+  bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory
+}
+
+}  // namespace flashtrain::cuda::sm90
