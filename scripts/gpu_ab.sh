@@ -12,6 +12,7 @@
 #             (/.ab/ is git-ignored)
 #   --tests   gtest filter run on tree B's build (default: CudaBackward, Deterministic, Accuracy and
 #             MaskedRows on cuda)
+#             ('' with --race '': neither build compiles the tests)
 #   --race    gtest filter run under racecheck (default '*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16';
 #             '' skips it)
 #   --bench   options for bench/ab_builds.py (default '--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic')
@@ -28,7 +29,7 @@
 # gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 tree_b=$(cd "$2" && pwd) || { echo "gpu_ab: no tree $2" >&2; exit 2; }
 shift 2
@@ -78,6 +79,11 @@ tests_a=OFF; tests_b=ON; target_a=(--target flashtrain_torch); target_b=()
 [[ $tests_on == a ]] && { tests_a=ON; tests_b=OFF; target_a=(); target_b=(--target flashtrain_torch); }
 # The build with the tests (the library, CLI and tests besides the extension) gets 5/8 of the jobs.
 jobs_a=$((jobs * 3 / 8)); [[ $tests_on == a ]] && jobs_a=$((jobs * 5 / 8))
+# Neither tests nor racecheck: both builds only the extension, with half the jobs each.
+if [[ -z $tests && -z $race ]]; then
+  tests_a=OFF; tests_b=OFF; target_a=(--target flashtrain_torch); target_b=(--target flashtrain_torch)
+  jobs_a=$((jobs / 2))
+fi
 t0=$SECONDS
 { configure . build-ab-a flashtrain $tests_a && cmake --build build-ab-a -j "$jobs_a" "${target_a[@]}"; } \
   > "$out/build_a.log" 2>&1 &

@@ -15,15 +15,13 @@ namespace flashtrain::cuda {
 
 // Deterministic mode takes the rotated order when the mask allows it and every KV tile of one
 // (batch, head group) can be resident at once (its waits need that: `kernel` launched with
-// `threads` and `smem_bytes`, n_blocks KV tiles per group). The default mode waits on nothing, so
-// it may rotate whenever the mask allows: it does when `rotate_default` (the sm90 kernel, whose
-// KV tiles of a head then add into different dQ tiles at any one time instead of all into the
-// same one; measured in bench/results/2026-12-03_run15). FLASHTRAIN_DQ_SCHEDULE: "wavefront" never
-// rotates (the wavefront needs no co-residency, e.g. beside kernels that hold SMs indefinitely);
-// "rotated" also rotates the default mode of every kernel; unset or "auto": as above.
+// `threads` and `smem_bytes`, n_blocks KV tiles per group). FLASHTRAIN_DQ_SCHEDULE: "wavefront"
+// never rotates (the wavefront needs no co-residency, e.g. beside kernels that hold SMs
+// indefinitely); "rotated" also rotates the default mode's walk (it waits on nothing there;
+// measured on the H200 at the same speed, so not the default); unset or "auto": deterministic
+// mode only.
 template <class Kernel>
-bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int threads, int smem_bytes,
-                    bool rotate_default) {
+bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int threads, int smem_bytes) {
   enum class Choice { kAuto, kWavefront, kRotated };
   static const Choice choice = [] {
     const char* env = std::getenv("FLASHTRAIN_DQ_SCHEDULE");
@@ -33,7 +31,7 @@ bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int thr
   const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
   if (choice == Choice::kWavefront || problem.varlen || !rotated_dq_order_applies(mask, problem.max_seqlen_q))
     return false;
-  if (!problem.deterministic) return choice == Choice::kRotated || rotate_default;
+  if (!problem.deterministic) return choice == Choice::kRotated;
   int device = 0, sms = 0, per_sm = 0;
   FT_CUDA_CHECK(cudaGetDevice(&device), "cuda backward: cudaGetDevice");
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cuda backward: SM count");

@@ -64,8 +64,7 @@ void run_bwd_pass(const Problem& problem, void* workspace, cudaStream_t stream) 
     if (kPass == BwdPass::kSafe && problem.precision != Precision::kHigh) {
       grid = dim3(safe_pass_blocks(tiles.count(), kernel, Traits::kNThreads, Traits::kSmemBytes));
     } else {
-      params.dq_rotated =
-          rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNThreads, Traits::kSmemBytes, false);
+      params.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNThreads, Traits::kSmemBytes);
       if (kPass == BwdPass::kSafe) grid = dim3(static_cast<unsigned>(tiles.count()));
     }
     kernel<<<grid, Traits::kNThreads, Traits::kSmemBytes, stream>>>(params, tiles);

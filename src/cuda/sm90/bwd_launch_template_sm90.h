@@ -66,7 +66,7 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
     auto kernel = kp.p.deterministic ? bwd_kernel_sm90<Traits, true> : bwd_kernel_sm90<Traits, false>;
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "sm90 backward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
-    kp.p.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes, true);
+    kp.p.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes);
     // Longest first, within what L2 holds. Under a causal-style bound (no left window) key tile n
     // sees more query rows than n + 1, and with the key tiles of a head adjacent the grid ends on
     // some heads' heaviest tiles; launching every head's tile 0, then every tile 1, ... ends it on
