@@ -118,10 +118,9 @@ __device__ __forceinline__ void bulk_wait_complete() {
 #endif
 }
 
-// One thread: each step's staged dQ (all kHeadDim columns) added into dq_accum by TMA reductions,
-// one step's at a time. kDeterministic: in the step's turn of tile_range.h's schedule, passed on
-// once the additions are complete in global memory. The staging tile is released as soon as the
-// reductions have read it.
+// One thread: each step's staged dQ (all kHeadDim columns) added into dq_accum by TMA reductions.
+// kDeterministic: in the step's turn of tile_range.h's schedule, passed on once the additions are
+// complete in global memory. The staging tile is released as soon as the reductions have read it.
 template <class Traits, bool kDeterministic>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s,
                                              const BwdWalk& walk, const MaskSpec& mask, const sm80::SeqGeometry& geo,
@@ -153,17 +152,14 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Traits>& kp, 
     cute::tma_store_arrive();
     cute::tma_store_wait<0>();  // the staging tile has been read
     ClusterBarrier::arrive(&s.dq_empty);
-    // The additions complete before the next step's are issued (in the default mode too: with a
-    // step's reductions still in flight behind the next, the deterministic backward ran faster than
-    // the default one, bench/results/2026-12-03_run15). This also covers the block's end: no TMA
-    // reduction may outlive its shared memory.
-    bulk_wait_complete();
     if constexpr (kDeterministic) {
+      bulk_wait_complete();
       __threadfence();
       sm80::release_dq_turn(sema);
     }
     pos = walk.next(pos);
   }
+  bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory
 }
 
 }  // namespace flashtrain::cuda::sm90
