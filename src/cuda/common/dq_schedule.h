@@ -17,9 +17,10 @@ namespace flashtrain::cuda {
 // (batch, head group) can be resident at once (its waits need that: `kernel` launched with
 // `threads` and `smem_bytes`, n_blocks KV tiles per group). FLASHTRAIN_DQ_SCHEDULE: "wavefront"
 // never rotates (the wavefront needs no co-residency, e.g. beside kernels that hold SMs
-// indefinitely); "rotated" also rotates the default mode's walk (it waits on nothing there;
-// measured on the H200 at the same speed, so not the default); unset or "auto": deterministic
-// mode only.
+// indefinitely); "rotated" also rotates the default mode's walk (it waits on nothing there; on
+// the H200 the same speed without a mask and 2-5% slower under causal ones, which lose the sm90
+// launcher's band order: bench/results/2026-12-03_run15, so not the default); unset or "auto":
+// deterministic mode only.
 template <class Kernel>
 bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int threads, int smem_bytes) {
   enum class Choice { kAuto, kWavefront, kRotated };
