@@ -1,7 +1,8 @@
 // The row statistics a backward step needs for its Q tile, fetched into shared memory with
 // cp.async by the first 2 * block_m threads: thread r < block_m fetches lse * log2e of row r,
 // thread block_m + r fetches D of row r (both from the preprocess's workspace). Rows past the
-// sequence get lse = +inf (so P = 0) and D = 0. Shared by the sm80 and sm90 main kernels; the
+// sequence get lse = +inf (so P = 0) and D = 0. For the sm80 main kernel (the sm90 one fetches its
+// statistics in its producer warpgroup, bwd_producer_sm90.h); the
 // caller commits the cp.async group.
 #pragma once
 #include <cmath>

@@ -22,8 +22,9 @@
 //          schedule when kDeterministic; the walk over Q tiles starts on the diagonal under its
 //          rotated form)
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
-// bookkeeping. Staging step t's dQ behind step t + 1's S^T, rather than before it, is measured in
-// bench/results/2026-12-03_run14 (issuing dP^T there too was up to 7% slower).
+// bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging step t's
+// dQ behind step t + 1's S^T, rather than before it, is measured in bench/results/2026-12-03_run14
+// (issuing dP^T there too was up to 7% slower); the producer warpgroup in run 15.
 // The dS barrier is the only one between the consumers in a step, so one may run up to a step
 // ahead of the other. The producer runs up to two stages ahead. dK (times scale) and dV are
 // written once at the end.
@@ -53,7 +54,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 #ifdef FLASHTRAIN_SM90_DEVICE_CODE
   using namespace cute;
   using cutlass::arch::ClusterBarrier;
-  using cutlass::arch::ClusterTransactionBarrier;
   using Element = typename Traits::Element;
   using ElementdQ = typename Traits::ElementdQ;
   using SharedStorage = typename Traits::SharedStorage;

@@ -113,7 +113,6 @@ struct BwdTraits {
   // reductions (cp.reduce.async.bulk.tensor .add), one per box; consumer w writes the boxes of its
   // columns [w D / 2, (w + 1) D / 2), which are the first / second half of the staging memory.
   static constexpr int kDqBoxCols = 32;
-  static constexpr int kDqBoxesPerWarpGroup = kHeadDim / kDqBoxCols / kNumMmaWarpGroups;
   using SmemAtomdQ = cute::GMMA::Layout_K_SW128_Atom<float>;  // 8 x 32 floats
   using SmemLayoutdQ = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, Int_D>{}));
   using SmemLayoutdQBox = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, cute::Int<kDqBoxCols>>{}));
