@@ -25,8 +25,8 @@
 #   --deadline skip --grid / --ncu when they would end later than SECONDS after the start (the
 #             device call's limit, less the time to send the results back)
 # Environment: BUILD_JOBS (default: all cores), STEP_LIMIT (seconds the tests and racecheck may
-# each run, default 240: a hang is reported as exit 124 and the rest still runs), GTest as in
-# gpu_check.sh (.gtest/ when carried).
+# each run, default 240: tests still running then are reported as a hang and nothing after them
+# runs), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
@@ -59,13 +59,13 @@ while [[ $# -gt 0 ]]; do
 done
 jobs=${BUILD_JOBS:-$(nproc)}
 step_limit=${STEP_LIMIT:-240}
-hung=0
 python=${PYTHON:-python3}
 torch_dir=$($python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch || exit 2
 gtest_flags=()
 [[ -d .gtest/lib/x86_64-linux-gnu/cmake/GTest ]] && gtest_flags=("-DGTest_DIR=$PWD/.gtest/lib/x86_64-linux-gnu/cmake/GTest")
 summary=()
 note() { summary+=("$1"); echo "gpu_ab: $1"; }
+finish() { printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"; exit "${1:-0}"; }
 
 # Both builds take this tree's CUTLASS headers (tree B carries none of its own).
 configure() {  # SRC BUILD NAMESPACE TESTS
@@ -101,15 +101,14 @@ T=${tests_on^^}
 if [[ $rc_t == 0 && -n "$tests" ]]; then
   timeout "$step_limit" "$tested"/flashtrain_tests --gtest_filter="$tests" > "$out/tests_$tests_on.log" 2>&1
   rc=$?
-  [[ $rc == 124 ]] && { hung=1; note "tests on $T: still running after $step_limit s (a hang?): nothing more runs"; }
   note "tests on $T ($tests): exit $rc ($(grep -E '^\[  (PASSED|FAILED)  \]' "$out/tests_$tests_on.log" | tr '\n' ' '))"
+  [[ $rc == 124 ]] && { note "tests on $T: still running after $step_limit s (a hang?): nothing more runs"; finish 1; }
 fi
-if [[ $hung == 0 && $rc_t == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; then
+if [[ $rc_t == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; then
   timeout "$step_limit" compute-sanitizer --tool racecheck --error-exitcode 1 "$tested"/flashtrain_tests --gtest_filter="$race" \
     > "$out/racecheck_$tests_on.log" 2>&1
   note "racecheck on $T ($race): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_$tests_on.log"))"
 fi
-[[ $hung == 1 ]] && { rc_a=1; rc_b=1; }
 if [[ $rc_a == 0 && $rc_b == 0 ]]; then
   # shellcheck disable=SC2086
   PYTHONPATH="$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" $python bench/ab_builds.py \
@@ -141,4 +140,4 @@ if [[ -n "$ncu_cases" && $rc_a == 0 ]]; then
     cat "$out/ncu/ncu_summary.md" 2>/dev/null
   fi
 fi
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+finish
