@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A/B of two builds of flashtrain's torch extension in one process: forward+backward time of
-build B over build A on bench_attention.py's shapes (B * S = 16k tokens, H * D = 2048).
+build B over build A on bench_attention.py's shapes (B * S = 16k tokens, H * D = 2048), the
+forward's alone, and the backward's as their difference.
 
 Build A registers its operators under torch.ops.flashtrain; build B must be configured with
 -DFLASHTRAIN_TORCH_OP_NAMESPACE=flashtrain_b (or --b-namespace) so both load side by side. Each
@@ -18,7 +19,7 @@ import os
 import sys
 import time
 
-from guard_cost import HIDDEN, TOKENS, time_case, write_outputs
+from guard_cost import HIDDEN, TOKENS, fwd_only, time_case, write_outputs
 
 
 def parse_args():
@@ -67,25 +68,34 @@ def main():
         gen = torch.Generator(device="cuda").manual_seed(idx)
         q, k, v, dout = (torch.randn((b, s, h, d), device="cuda", dtype=dtypes[dt], generator=gen) for _ in range(4))
         ms = time_case(torch, ops, q, k, v, dout, causal, args.reps, deterministic=det)
+        fwd_ms = time_case(torch, ops, q, k, v, dout, causal, args.reps, step=fwd_only)
         # Forward 4 B S^2 H D flops (2 GEMMs), backward 2.5x that; causal half.
         flops = 3.5 * 4 * b * s * s * h * d * (0.5 if causal else 1.0)
         results.append({"dtype": dt, "dim": d, "seqlen": s, "causal": causal, "deterministic": det,
                         "a_ms": ms[label_a], "b_ms": ms[label_b],
-                        "a_tflops": flops / ms[label_a] / 1e9, "b_tflops": flops / ms[label_b] / 1e9})
+                        "a_tflops": flops / ms[label_a] / 1e9, "b_tflops": flops / ms[label_b] / 1e9,
+                        "a_fwd_ms": fwd_ms[label_a], "b_fwd_ms": fwd_ms[label_b]})
+        bwd = (ms[label_a] - fwd_ms[label_a]) / (ms[label_b] - fwd_ms[label_b])
+        fwd_note = f", forward {fwd_ms[label_a] / fwd_ms[label_b]:.3f}, backward {bwd:.3f}"
         print(f"[{idx + 1}/{len(grid)}] {dt} D={d} S={s} causal={causal} det={det}: {label_b}/{label_a} speed "
-              f"{ms[label_a] / ms[label_b]:.3f} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
+              f"{ms[label_a] / ms[label_b]:.3f}{fwd_note} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
         del q, k, v, dout
         torch.cuda.empty_cache()
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
             "a": label_a, "b": label_b, "reps": args.reps}
-    lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, {meta['date']}. Forward+backward of {label_b} over "
-             f"{label_a}, both builds in one process, medians of {args.reps} passes each, alternating pass by pass.",
+    lines = [f"GPU {meta['gpu']}, torch {meta['torch']}, {meta['date']}. Forward+backward, forward alone and backward (their difference) of "
+             f"{label_b} over {label_a}, both builds in one process, medians of {args.reps} passes each, alternating "
+             "pass by pass.",
              "", f"| dtype | D | S | causal | deterministic | ms {label_a} / {label_b} | TFLOP/s {label_a} / {label_b} "
-             f"| speed {label_b} / {label_a} |", "|---|---|---|---|---|---|---|---|"]
+             f"| speed {label_b} / {label_a} | forward ms {label_a} / {label_b} | forward speed {label_b} / {label_a} "
+             f"| backward speed {label_b} / {label_a} |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
+        bwd = (r["a_ms"] - r["a_fwd_ms"]) / (r["b_ms"] - r["b_fwd_ms"])
+        fwd = f"{r['a_fwd_ms']:.3f} / {r['b_fwd_ms']:.3f} | {r['a_fwd_ms'] / r['b_fwd_ms']:.3f} | {bwd:.3f}"
         lines.append(f"| {r['dtype']} | {r['dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
                      f"{'yes' if r['deterministic'] else 'no'} | {r['a_ms']:.3f} / {r['b_ms']:.3f} | "
-                     f"{r['a_tflops']:.0f} / {r['b_tflops']:.0f} | {r['a_ms'] / r['b_ms']:.3f} |")
+                     f"{r['a_tflops']:.0f} / {r['b_tflops']:.0f} | {r['a_ms'] / r['b_ms']:.3f} | {fwd} |")
     write_outputs(args, "\n".join(lines) + "\n", meta, results)
     return 0
 

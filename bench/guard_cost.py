@@ -79,20 +79,25 @@ def fwd_bwd(ops, q, k, v, dout, causal, deterministic=False):
                    deterministic)
 
 
-def time_case(torch, ops, q, k, v, dout, causal, reps, deterministic=False):
-    """Median ms of forward+backward per build ({tag: torch.ops namespace}), two builds
-    alternating rep by rep (ABBA order). Also used by ab_builds.py."""
+def fwd_only(ops, q, k, v, dout, causal, deterministic=False):
+    """The forward of fwd_bwd alone (dout and deterministic unused)."""
+    return ops.fwd(q, k, v, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None)
+
+
+def time_case(torch, ops, q, k, v, dout, causal, reps, deterministic=False, step=fwd_bwd):
+    """Median ms of `step` (forward+backward by default) per build ({tag: torch.ops namespace}),
+    two builds alternating rep by rep (ABBA order). Also used by ab_builds.py."""
     tags = tuple(ops)
     for tag in tags:  # warm-up: first-call costs (workspace, occupancy queries) out of the timing
         for _ in range(3):
-            fwd_bwd(ops[tag], q, k, v, dout, causal, deterministic)
+            step(ops[tag], q, k, v, dout, causal, deterministic)
     times = {tag: [] for tag in tags}
     for rep in range(reps):
         order = tags if rep % 2 == 0 else tags[::-1]
         for tag in order:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fwd_bwd(ops[tag], q, k, v, dout, causal, deterministic)
+            step(ops[tag], q, k, v, dout, causal, deterministic)
             end.record()
             end.synchronize()
             times[tag].append(start.elapsed_time(end))

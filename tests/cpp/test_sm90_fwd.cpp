@@ -1,6 +1,7 @@
 // The sm90a (Hopper) forward kernel called directly through flashtrain::cuda::sm90, so it is
 // tested whatever backend.cu dispatches to: DESIGN.md §4's rule on out and lse for odd lengths,
-// both causal alignments, sliding windows, GQA and every head dim it instantiates; and the
+// both causal alignments, sliding windows, GQA, every head dim it instantiates and both key tiles
+// of D = 128 (FLASHTRAIN_FWD_KEY_TILE); and the
 // refusal reasons for what it does not run. GPU cases skip unless a compute capability 9.0
 // device is present. bench/sm90_fwd_check.cu runs a wider list and times the kernel.
 // The K-tile ranges the kernel visits (BlockMask) are checked on the CPU against MaskSpec.
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -62,8 +64,9 @@ void check_block_masks(uint32_t seed) {
 }
 
 TEST(Sm90BlockMask, TileRangesMatchMaskSpec) {
-  check_block_masks<128, 128>(1);  // D = 64, 128
+  check_block_masks<128, 128>(1);  // D = 64, 128 under a mask
   check_block_masks<128, 64>(2);   // D = 256
+  check_block_masks<128, 176>(3);  // D = 128 without a mask
 }
 
 // The backward walks, for each KV tile, the Q tiles visible_query_tiles() returns; in
@@ -327,6 +330,17 @@ struct Sm90Case {
   bool causal;
   CausalAlign align;
   int64_t left, right;
+  const char* key_tile = nullptr;  // FLASHTRAIN_FWD_KEY_TILE for this case (unset: the default choice)
+};
+
+// Sets FLASHTRAIN_FWD_KEY_TILE for one scope (nullptr: unset).
+class KeyTileEnv {
+ public:
+  explicit KeyTileEnv(const char* value) {
+    if (value) setenv("FLASHTRAIN_FWD_KEY_TILE", value, 1);
+    else unsetenv("FLASHTRAIN_FWD_KEY_TILE");
+  }
+  ~KeyTileEnv() { unsetenv("FLASHTRAIN_FWD_KEY_TILE"); }
 };
 
 class Sm90Forward : public ::testing::TestWithParam<Sm90Case> {};
@@ -348,7 +362,10 @@ TEST_P(Sm90Forward, MatchesReference) {
   const std::string why = cuda::sm90::refusal(p);
   if (!why.empty() && why.find("not built") != std::string::npos) GTEST_SKIP() << why;
   ASSERT_TRUE(why.empty()) << why;
-  cuda::sm90::run_fwd(p, nullptr);
+  {
+    const KeyTileEnv env(t.key_tile);
+    cuda::sm90::run_fwd(p, nullptr);
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const check::Outputs got = c.collect(Backend::kCUDA);
   const check::Comparison out = check::compare("out", spec.dtype, got.out, ref.out, naive.out);
@@ -376,8 +393,31 @@ INSTANTIATE_TEST_SUITE_P(
                       Sm90Case{"d256_tl", 1, 400, 191, 2, 1, 256, kFp16, true, kTL, -1, -1},
                       // more work tiles than SMs: several tiles per persistent block
                       Sm90Case{"many_tiles_d128_empty_tiles", 3, 1031, 257, 16, 4, 128, kBf16, true, kBR, -1, -1},
-                      Sm90Case{"many_tiles_d256", 2, 400, 400, 40, 20, 256, kFp16, false, kBR, -1, -1}),
+                      Sm90Case{"many_tiles_d256", 2, 400, 400, 40, 20, 256, kFp16, false, kBR, -1, -1},
+                      // D = 128 without a mask and Sk >= 8192 runs 176-key tiles (forced here for
+                      // shorter Sk): one ragged tile, many work tiles (O staged in Q's buffer) over
+                      // a K length no tile size divides, and the choice by length
+                      Sm90Case{"d128_one_ragged_176_tile", 1, 300, 150, 2, 2, 128, kBf16, false, kBR, -1, -1, "176"},
+                      Sm90Case{"many_tiles_d128_gqa_176", 2, 700, 1500, 48, 8, 128, kFp16, false, kBR, -1, -1, "176"},
+                      Sm90Case{"d128_long_keys", 1, 300, 8300, 2, 2, 128, kBf16, false, kBR, -1, -1},
+                      Sm90Case{"d128_long_keys_forced_128", 1, 200, 8200, 2, 1, 128, kFp16, false, kBR, -1, -1, "128"}),
     [](const ::testing::TestParamInfo<Sm90Case>& info) { return std::string(info.param.name); });
+
+TEST(Sm90ForwardKeyTile, BadOverrideRaisesNamingIt) {
+  if (!hopper_present()) GTEST_SKIP() << "no compute capability 9.0 device";
+  check::CaseSpec spec = dense_spec("bad_env", 1, 64, 64, 1, 1, 128, 128, kBf16);
+  spec.backward = false;
+  check::Case c(spec);
+  const check::Case::Views v = c.prepare(Backend::kCUDA);
+  const Problem p = make_forward_problem(v.q, v.k, v.v, v.out, v.lse, v.options);
+  const KeyTileEnv env("160");
+  try {
+    cuda::sm90::run_fwd(p, nullptr);
+    FAIL() << "FLASHTRAIN_FWD_KEY_TILE=160 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FLASHTRAIN_FWD_KEY_TILE='160'"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace flashtrain::testing

@@ -2,6 +2,7 @@
 // (each rule a small function naming the values seen); sm90::run_fwd / sm90::run_bwd otherwise
 // run the instantiation for its dtype and head dim. Head dims not built are compiled out here.
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -182,6 +183,18 @@ std::string pass_reason(const Problem& p, const char* pass, const int (&head_dim
   return r;
 }
 
+// FwdArgs::key_tile for p (fwd_args_sm90.h).
+int key_tile(const Problem& p, const MaskSpec& mask) {
+  if (p.dim_qk != 128 || p.dim_v != 128 || mask.left >= 0 || mask.right >= 0) return 0;
+  const char* env = std::getenv("FLASHTRAIN_FWD_KEY_TILE");
+  const std::string forced = env ? env : "";
+  if (forced == "128") return 0;
+  if (forced == std::to_string(kLongKeyTile)) return kLongKeyTile;
+  FT_CHECK(forced.empty() || forced == "auto", "FLASHTRAIN_FWD_KEY_TILE='", forced, "': expected 128, ",
+           kLongKeyTile, " or auto");
+  return p.max_seqlen_k >= kLongKeyTileMinSeqlenK ? kLongKeyTile : 0;
+}
+
 }  // namespace
 
 std::string refusal(const Problem& p) { return pass_reason(p, "forward", kHeadDims, "out", p.out, p.so); }
@@ -208,6 +221,7 @@ void run_fwd(const Problem& p, cudaStream_t stream) {
   a.scale = static_cast<float>(p.scale);
   a.mask = p.mask(p.max_seqlen_q, p.max_seqlen_k);
   a.num_sms = device_info(p.device_index).num_sms;
+  a.key_tile = key_tile(p, a.mask);
   if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return;  // nothing to write
   const bool ran = try_head_dim<64>(a, p, stream) || try_head_dim<128>(a, p, stream) || try_head_dim<256>(a, p, stream);
   // refusal() rejects these first; reaching here means a caller skipped it.

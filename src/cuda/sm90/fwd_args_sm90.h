@@ -32,7 +32,17 @@ struct FwdArgs {
   float scale = 0.0f;  // softmax scale (natural units); the kernel folds log2(e) into it
   MaskSpec mask{0, -1, -1, 0};
   int num_sms = 0;  // of the device the kernel runs on: the persistent grid's size
+  // Keys per K/V tile: 0 for the head dim's default, or kLongKeyTile (D = 128 only).
+  int key_tile = 0;
 };
+
+// D = 128 without a causal or window mask: 176-key tiles once Sk reaches kLongKeyTileMinSeqlenK
+// (H200, bench/results/2026-12-03_run16: 3-4% faster forward at Sk 8k, 3-4% slower at 2k, where
+// the ragged last tile and the output staged in Q's buffer cost more per key). Below that, or
+// under a mask, the 128-key default. FLASHTRAIN_FWD_KEY_TILE=128 or 176 overrides the choice for
+// D = 128 unmasked.
+constexpr int kLongKeyTile = 176;
+constexpr int kLongKeyTileMinSeqlenK = 8192;
 
 // Defined in fwd_launch_template_sm90.h, instantiated once per (Element, head dim) in
 // src/cuda/instantiations/fwd_hdim{D}_{fp16|bf16}_sm90.cu.

@@ -14,7 +14,9 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template <int kHeadDim_, typename Element_>
+// kBlockN_: keys per K/V tile. The default suits every mask and length; D = 128 without a mask
+// also has kLongKeyTile (FwdArgs::key_tile, fwd_args_sm90.h).
+template <int kHeadDim_, typename Element_, int kBlockN_ = (kHeadDim_ <= 128 ? 128 : 64)>
 struct FwdTraits {
   using Element = Element_;
   using ElementAccum = float;
@@ -28,8 +30,12 @@ struct FwdTraits {
   static constexpr int kRowsPerWarpGroup = 64;
   static constexpr int kBlockM = kFwdBlockM;
   // Register budget of a consumer: O (kBlockM/2 x D fp32) plus the S tile in flight plus P.
-  // D = 256 keeps S at 64 columns so O (128 regs) + S (32) + next S (32) + P (16) fit in 240.
-  static constexpr int kBlockN = kHeadDim <= 128 ? 128 : 64;
+  // D = 256 keeps S at 64 columns so O (128 regs) + S (32) + next S (32) + P (16) fit in 240;
+  // D = 128 with 176 columns: O 64 + S 88 + P 44 (ptxas: 8 bytes spilled outside the main loop).
+  // A longer K tile spreads each tile's fixed costs (barrier waits, the ping-pong hand-over, the
+  // rescale of O) over more keys.
+  static constexpr int kBlockN = kBlockN_;
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "K tile: a multiple of wgmma's k (16), at most its n (256)");
   // Two K and two V buffers: one being read by the tensor cores while TMA fills the other.
   // D = 256: Q 64 KB + K 64 KB + V 64 KB = 192 KB of the 227 KB a block may use.
   static constexpr int kStages = 2;
@@ -69,12 +75,13 @@ struct FwdTraits {
   using SmemLayoutVt = decltype(cute::composition(
       SmemLayoutV{}, cute::make_ordered_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockN>, cute::Int<kStages>>{},
                                                cute::Step<cute::_2, cute::_1, cute::_3>{})));
-  // The output tile is staged in shared memory for one TMA store. D <= 128: its own buffer, so
-  // the next tile's Q can land while this tile's epilogue runs. D = 256: Q's buffer (64 + 128 +
-  // 64 KB would exceed 227 KB), free once both warpgroups finished their last S GEMM; the next
-  // Q then waits for the store.
+  // The output tile is staged in shared memory for one TMA store. In its own buffer where that
+  // fits, so the next tile's Q can land while this tile's epilogue runs. Otherwise (D = 256: 64 +
+  // 128 + 64 KB; D = 128 with 176-key tiles: 32 + 176 + 32 KB) in Q's buffer, free once both
+  // warpgroups finished their last S GEMM; the next Q then waits for the store.
   using SmemLayoutO = SmemLayoutQ;
-  static constexpr bool kSeparateO = kHeadDim <= 128;
+  static constexpr bool kSeparateO =
+      sizeof(Element) * (2 * cute::cosize_v<SmemLayoutQ> + 2 * cute::cosize_v<SmemLayoutK>) + 1024 <= 227 * 1024;
   using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   // Global tensors as (seq, dim, head, batch); dim is the contiguous one.

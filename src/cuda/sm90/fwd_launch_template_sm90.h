@@ -10,9 +10,8 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template <typename Element, int kHeadDim>
-void run_fwd_hdim(const FwdArgs& args, cudaStream_t stream) {
-  using Traits = FwdTraits<kHeadDim, Element>;
+template <class Traits>
+void launch_fwd(const FwdArgs& args, cudaStream_t stream) {
   const int num_m_blocks = (args.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM;
   // Later query blocks see more keys (MaskSpec::upper_bound_only).
   const bool longest_first = args.mask.upper_bound_only();
@@ -28,6 +27,14 @@ void run_fwd_hdim(const FwdArgs& args, cudaStream_t stream) {
   const dim3 grid = PersistentTileScheduler::grid(params.scheduler, args.num_sms);
   kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(params);
   check_launch("flashtrain::cuda::sm90::fwd_kernel_sm90");
+}
+
+template <typename Element, int kHeadDim>
+void run_fwd_hdim(const FwdArgs& args, cudaStream_t stream) {
+  if constexpr (kHeadDim == 128) {
+    if (args.key_tile == kLongKeyTile) return launch_fwd<FwdTraits<kHeadDim, Element, kLongKeyTile>>(args, stream);
+  }
+  launch_fwd<FwdTraits<kHeadDim, Element>>(args, stream);
 }
 
 }  // namespace flashtrain::cuda::sm90
