@@ -3,6 +3,7 @@
 // run the instantiation for its dtype and head dim. Head dims not built are compiled out here.
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -186,13 +187,14 @@ std::string pass_reason(const Problem& p, const char* pass, const int (&head_dim
 // FwdArgs::key_tile for p (fwd_args_sm90.h).
 int key_tile(const Problem& p, const MaskSpec& mask) {
   if (p.dim_qk != 128 || p.dim_v != 128 || mask.left >= 0 || mask.right >= 0) return 0;
+  // Read on every call (a few string compares next to a launch), so a test can set it per case.
   const char* env = std::getenv("FLASHTRAIN_FWD_KEY_TILE");
-  const std::string forced = env ? env : "";
-  if (forced == "128") return 0;
-  if (forced == std::to_string(kLongKeyTile)) return kLongKeyTile;
-  FT_CHECK(forced.empty() || forced == "auto", "FLASHTRAIN_FWD_KEY_TILE='", forced, "': expected 128, ",
-           kLongKeyTile, " or auto");
-  return p.max_seqlen_k >= kLongKeyTileMinSeqlenK ? kLongKeyTile : 0;
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0)
+    return p.max_seqlen_k >= kLongKeyTileMinSeqlenK ? kLongKeyTile : 0;
+  if (std::strcmp(env, "128") == 0) return 0;
+  FT_CHECK(std::to_string(kLongKeyTile) == env, "FLASHTRAIN_FWD_KEY_TILE='", env,
+           "': expected 128, ", kLongKeyTile, " or auto");
+  return kLongKeyTile;
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ struct FwdTraits {
   // The output tile is staged in shared memory for one TMA store. In its own buffer where that
   // fits, so the next tile's Q can land while this tile's epilogue runs. Otherwise (D = 256: 64 +
   // 128 + 64 KB; D = 128 with 176-key tiles: 32 + 176 + 32 KB) in Q's buffer, free once both
-  // warpgroups finished their last S GEMM; the next Q then waits for the store.
+  // warpgroups finished their last S GEMM; the next Q then waits for the store. (1 KB: the
+  // mbarriers and the buffers' alignment.)
   using SmemLayoutO = SmemLayoutQ;
   static constexpr bool kSeparateO =
       sizeof(Element) * (2 * cute::cosize_v<SmemLayoutQ> + 2 * cute::cosize_v<SmemLayoutK>) + 1024 <= 227 * 1024;
