@@ -45,15 +45,13 @@ __device__ __forceinline__ float row_scale(float f, float dsum, float v_max) {
 __device__ __forceinline__ float inverse_pow2(float x) { return __int_as_float((254 << 23) - __float_as_int(x)); }
 
 // The dQ factor of each of this thread's accumulator rows (scale_dq_rows' order,
-// h + 2 r for row 64 r + 16 warp + lane/4 + 8 h) when Traits::kScaledDs: dq_scale / s_i.
+// h + 2 r for row 64 r + 16 warp + lane/4 + 8 h), from a step's slot of SharedStorage::dq_factor.
 template <class Traits>
-__device__ __forceinline__ cute::array<float, 2 * Traits::kBlockM / 64> dq_row_factors(const float* ds_scale,
-                                                                                      float dq_scale, int tid) {
+__device__ __forceinline__ cute::array<float, 2 * Traits::kBlockM / 64> dq_row_factors(const float* factor, int tid) {
   cute::array<float, 2 * Traits::kBlockM / 64> f;
   const int row0 = 16 * ((tid % 128) / 32) + (tid % 32) / 4;
   CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < static_cast<int>(f.size()); ++i)
-    f[i] = dq_scale * inverse_pow2(ds_scale[row0 + 8 * (i % 2) + 64 * (i / 2)]);
+  for (int i = 0; i < static_cast<int>(f.size()); ++i) f[i] = factor[row0 + 8 * (i % 2) + 64 * (i / 2)];
   return f;
 }
 

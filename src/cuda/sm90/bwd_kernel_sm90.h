@@ -7,27 +7,28 @@
 // and two consumers. Per step (one kBlockM-row Q tile of one query head), consumer w with keys
 // [64 w, 64 w + 64):
 //   S^T  = K Q^T                                           (wgmma, shared x shared; in flight while
-//                                                          the previous step's dQ is staged, below)
+//                                                          dQ(t - 2) is staged, below)
 //   dP^T = V dO^T                                          (wgmma, in flight during the softmax)
 //   P^T  = exp2(S^T * scale log2e - lse log2e)             (0 outside the mask and for rows past Sq)
 //   dV  += P^T dO                                          (wgmma, P^T from registers)
 //   dS^T = P^T * (dP^T - D)  -> registers and shared memory (bf16 inputs: fp16, row-scaled,
 //                                                          bwd_ds_scale_sm90.h)
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
-//   -- consumer barrier: both consumers' dS written --
-//   dQ   = dS K (columns split over the consumers; bf16 inputs: the fp16 copy of K), times scale
-//          (bf16: and the inverse scales of dS and K); at the top of the next step (after the
-//          loop for the last), staged in shared memory for the producer's dQ warp, which adds it
-//          into dq_accum by TMA reductions (in the fixed turns of tile_range.h's deterministic
-//          schedule when kDeterministic; the walk over Q tiles starts on the diagonal under its
-//          rotated form)
+//   dQ(t - 1) = dS K of the step before (columns split over the consumers; bf16 inputs: the fp16
+//          copy of K), once both consumers' dS of that step is in shared memory, times scale (bf16:
+//          and the inverse scales of dS and K); staged in shared memory at the top of step t + 1
+//          (after the loop for the last two), behind that step's S^T, for the producer's dQ warp,
+//          which adds it into dq_accum by TMA reductions (in the fixed turns of tile_range.h's
+//          deterministic schedule when kDeterministic; the walk over Q tiles starts on the
+//          diagonal under its rotated form)
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
-// bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging step t's
-// dQ behind step t + 1's S^T, rather than before it, is measured in bench/results/2026-12-03_run14
-// (issuing dP^T there too was up to 7% slower); the producer warpgroup in run 15.
-// The dS barrier is the only one between the consumers in a step, so one may run up to a step
-// ahead of the other. The producer runs up to two stages ahead. dK (times scale) and dV are
-// written once at the end.
+// bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging dQ behind
+// the next S^T, rather than before it, is measured in bench/results/2026-12-03_run14 (issuing
+// dP^T there too was up to 7% slower); the producer warpgroup in run 15.
+// dQ(t) waits a step for the other consumer's dS(t), so the consumers meet only through the dS
+// buffers' mbarriers and one may run up to a step ahead of the other: while one computes its
+// softmax, the other's GEMMs can keep the tensor cores busy. The producer runs up to two stages
+// ahead. dK (times scale) and dV are written once at the end.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -63,6 +64,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kStages = Traits::kStages;
   using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
   static_assert(kStages == 2, "a stage is refilled for the step two ahead (next_pos twice)");
+  static_assert(Traits::kStagesdS == 2, "dS buffers alternate by step parity");
 
   const sm80::BwdParams& p = kp.p;
   extern __shared__ __align__(Traits::kSmemAlign) char smem[];
@@ -103,6 +105,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::init(&s.dq_full, Traits::kNumMmaThreads);
     ClusterBarrier::init(&s.dq_empty, 1);
     ClusterBarrier::init(&s.vmax_ready, 1);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < Traits::kStagesdS; ++i) {
+      ClusterBarrier::init(&s.ds_full[i], Traits::kNumMmaThreads);
+      ClusterBarrier::init(&s.ds_empty[i], Traits::kNumMmaThreads);
+    }
+    ClusterBarrier::init(&s.stagger, 1);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -140,9 +148,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (num_steps > 0) {
     ClusterBarrier::wait(&s.kv_full, 0);
     if constexpr (Traits::kScaledDs) {
-      // bf16: the fp16 copy of K for dQ, and the tile's max |V| for the statistics warps' s_i. It
-      // and s.dq_scale live in shared memory, not in registers the main loop would lack; the
-      // first dS barrier makes dq_scale visible to every consumer.
+      // bf16: the fp16 copy of K for dQ, and for the statistics warps the tile's max |V| (for s_i)
+      // and the part of dQ's row factors common to all rows.
       float v_max = 0.0f;
       int k_exp = 0;
       convert_k_for_dq<Traits>(s.k.data(), s.v.data(), s.k_dq.data(), s.scratch, mma_tid, v_max, k_exp);
@@ -170,6 +177,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
   Tensor tdQrdS = thr_dq.partition_fragment_A(sdS);   // (MMA, MMA_M, MMA_K, dS buffers)
   Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+  // The A operand of the dropped dQ GEMM of step 0: the bytes of K and V (adjacent in
+  // SharedStorage), which nothing writes during the loop.
+  static_assert(sizeof(ElementdQ) * kBlockM * kBlockN <= sizeof(s.k) + sizeof(s.v), "one dS buffer within K and V");
+  Tensor tdQrNone = thr_dq.partition_fragment_A(
+      make_tensor(make_smem_ptr(reinterpret_cast<ElementdQ*>(s.k.data())), typename Traits::SmemLayoutdS{}));
 
   Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
   Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -200,6 +212,37 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::arrive(&s.dq_full);
   };
 
+  // Step t's dQ GEMM, dQ(t - 1) below, reads dS buffer (t - 1) % 2, which both consumers wrote in
+  // step t - 1. The consumers meet only there: ds_full says a buffer's dS is written (each consumer
+  // waits for it a step after its own writes, so that one may run up to a step ahead of the other),
+  // ds_empty that both dQ GEMMs reading it have retired (before dS(t + 2) overwrites it).
+  auto issue_dq = [&](int t, auto& acc_dq) {
+    ClusterBarrier::wait(&s.ds_full[t % 2], static_cast<uint32_t>((t / 2) & 1));
+    wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, t % 2), tdQrKt, acc_dq);
+  };
+  // Retires every wgmma of this warpgroup in flight.
+  auto retire_all = [&](auto& acc_dq) {
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_dq);
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(acc_dv);
+  };
+  // dQ(t)'s row factors: scale for fp16; for bf16 also 2^-eK / s_i (bwd_ds_scale_sm90.h), from
+  // their slot (step t's stage is released by then).
+  auto row_factors = [&](int t) {
+    cute::array<float, 2 * kBlockM / 64> f;
+    if constexpr (Traits::kScaledDs) {
+      f = dq_row_factors<Traits>(s.dq_factor[t % 3], mma_tid);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < static_cast<int>(f.size()); ++i) f[i] = p.scale;
+    }
+    return f;
+  };
+  // The second consumer starts half a step behind the first (once the first has issued its first dV
+  // GEMM), so that their softmaxes fall on each other's GEMMs rather than together.
+  if (num_steps > 0 && mma_tid >= Traits::kThreadsPerWarpGroup) ClusterBarrier::wait(&s.stagger, 0);
+
   DqWalkPos pos = walk.first;
   CUTLASS_PRAGMA_NO_UNROLL
   for (int step = 0; step < num_steps; ++step) {
@@ -211,7 +254,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::wait(&s.qdo_full[stage], stage_parity);
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
-    if (step > 0) stage_dq(step - 1);
+    if (step > 1) stage_dq(step - 2);
     Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
     // Row statistics of this thread's query columns, read from shared memory where they are used
@@ -253,6 +296,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     convert_fragment(tSrS, tOrP);
     wgmma_gemm<false, -1>(mma_dkv, tOrP, tdVrdOt(_, _, _, stage), acc_dv);
+    if (step == 0 && mma_tid == 0) ClusterBarrier::arrive(&s.stagger);
 
     warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
     warpgroup_fence_operand(tdPrdP);
@@ -265,9 +309,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);
-    // dS^T into this step's dS buffer, last read by the dQ GEMMs two steps back (retired before
-    // the last dS barrier). bf16: fp16(dS^T s_i) (before the dK GEMM, whose operand registers
-    // would otherwise be live next to the fp32 dS^T).
+    // dS^T into this step's dS buffer once dQ(step - 2) has read it. bf16: fp16(dS^T s_i) (before
+    // the dK GEMM, whose operand registers would otherwise be live next to the fp32 dS^T).
+    if (step > 1) ClusterBarrier::wait(&s.ds_empty[ds_stage], static_cast<uint32_t>((step / 2 - 1) & 1));
     if constexpr (Traits::kScaledDs) {
       store_ds_transposed_scaled<Traits>(ds_smem, tdPrdP, s.ds_scale[stage], ds_stage, mma_tid);
     } else {
@@ -275,30 +319,32 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
     cutlass::arch::fence_view_async_shared();  // dS stores visible to the wgmma (async proxy)
-    // The dS barrier: both consumers' keys of dS written.
-    cutlass::arch::NamedBarrier::sync(Traits::kNumMmaThreads, static_cast<uint32_t>(BwdBarrier::kDsWritten));
+    ClusterBarrier::arrive(&s.ds_full[ds_stage]);
 
-    // dQ's row factors, loaded while the dQ GEMM runs: scale for fp16; for bf16 also 2^-eK / s_i
-    // (bwd_ds_scale_sm90.h).
-    cute::array<float, 2 * kBlockM / 64> dq_factors;
-    if constexpr (Traits::kScaledDs) {
-      dq_factors = dq_row_factors<Traits>(s.ds_scale[stage], s.dq_scale, mma_tid);
-    } else {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < static_cast<int>(dq_factors.size()); ++i) dq_factors[i] = p.scale;
-    }
+    // dQ(step - 1). Step 0 runs the GEMM too, on read-only bytes, and drops the result: with the
+    // GEMM behind a branch ptxas serialised every wgmma of the loop (C7515).
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    wgmma_gemm<true, 0>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);  // also retires dV and dK
-    warpgroup_fence_operand(acc_dk);
-    warpgroup_fence_operand(acc_dv);
-    scale_dq_rows<Traits>(dq, acc_dq, dq_factors);
+    if (step > 0) ClusterBarrier::wait(&s.ds_full[(step + 1) % 2], static_cast<uint32_t>(((step - 1) / 2) & 1));
+    wgmma_gemm<true, -1>(mma_dq, step > 0 ? tdQrdS(_, _, _, (step + 1) % 2) : tdQrNone(_, _, _, 0), tdQrKt, acc_dq);
+    retire_all(acc_dq);
+    if (step > 0) ClusterBarrier::arrive(&s.ds_empty[(step + 1) % 2]);
+    // Unconditional (step 0's result is never staged), so that dq is dead between its staging and
+    // here, as far as ptxas can tell.
+    scale_dq_rows<Traits>(dq, acc_dq, row_factors(step + 2));
     // This thread is done with the stage: every wgmma of its warpgroup that reads Q or dO has
-    // completed (the wait above covers the whole warpgroup's batches), and its reads of the
-    // statistics have returned (dq_factors is used above).
+    // completed (the wait above covers the whole warpgroup's batches), and so have its reads of the
+    // statistics (their values are used above).
     ClusterBarrier::arrive(&s.stage_empty[stage]);
     pos = walk.next(pos);
   }
-  if (num_steps > 0) stage_dq(num_steps - 1);
+  if (num_steps > 1) stage_dq(num_steps - 2);
+  if (num_steps > 0) {
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    issue_dq(num_steps - 1, acc_dq);
+    retire_all(acc_dq);
+    scale_dq_rows<Traits>(dq, acc_dq, row_factors(num_steps - 1));
+    stage_dq(num_steps - 1);
+  }
 
   // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
   sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);

@@ -38,7 +38,7 @@ struct BwdTraits {
   static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;
   static constexpr int kBlockN = 128;  // key rows per block
   static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
-  static constexpr int kStagesdS = 2;  // dS buffers
+  static constexpr int kStagesdS = 2;  // dS buffers: step t writes t % 2, read by dQ(t) in step t + 1
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
@@ -152,6 +152,9 @@ struct BwdTraits {
     float lse_log2[kStages][kBlockM];  // lse * log2(e) (+inf past the sequence)
     float dsum[kStages][kBlockM];      // D = rowsum(dO * O) (0 past the sequence)
     float ds_scale[kStages][kBlockM];  // kScaledDs: s_i (bwd_ds_scale_sm90.h; 1 past the sequence)
+    // kScaledDs: step t's dQ row factors dq_scale / s_i in slot t % 3, read in step t + 1, after the
+    // step's stage is released: a slot is rewritten for step t + 3, once step t + 1's stage is.
+    float dq_factor[kScaledDs ? 3 : 1][kBlockM];
     float scratch[2 * kNumMmaThreads / 32];  // the consumers' prologue reductions
     float v_max;                             // kScaledDs: the tile's max |V|
     float dq_scale;                          // the dQ staging's factor before 1 / s_i: scale (* 2^-eK)
@@ -165,7 +168,12 @@ struct BwdTraits {
     uint64_t stage_empty[kStages];
     uint64_t dq_full;
     uint64_t dq_empty;
-    uint64_t vmax_ready;  // kScaledDs: s.v_max set (the statistics warps' s_i need it)
+    uint64_t vmax_ready;  // kScaledDs: s.v_max and s.dq_scale set
+    // A dS buffer is full when every consumer thread has written its keys' part, empty when every
+    // consumer thread's dQ GEMM reading it has retired.
+    uint64_t ds_full[kStagesdS];
+    uint64_t ds_empty[kStagesdS];
+    uint64_t stagger;  // the second consumer starts once the first has issued its first dV GEMM
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");
@@ -173,8 +181,7 @@ struct BwdTraits {
 
 // Named barriers of the consumer warpgroups (ids after CUTLASS's reserved ones).
 enum class BwdBarrier : uint32_t {
-  kDsWritten = 0,  // both consumers' dS of the step in shared memory
-  kPrologue = 1,   // the consumers' block reductions of K's and V's maxima
+  kPrologue = 0,  // the consumers' block reductions of K's and V's maxima
 };
 
 }  // namespace flashtrain::cuda::sm90

@@ -66,7 +66,7 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp
 }
 
 // The statistics warps (thread 0 .. kStatsThreads - 1): each step's lse * log2e and D (bf16 inputs:
-// and s_i, bwd_ds_scale_sm90.h) of its rows into its stage; rows past the sequence get lse = +inf
+// and s_i, bwd_ds_scale_sm90.h, into the stage, and dQ's row factors into their slot) of its rows; rows past the sequence get lse = +inf
 // (so P = 0), D = 0 and s_i = 1. bf16: s_i needs the tile's max |V|, which the consumers publish
 // through vmax_ready.
 template <class Traits>
@@ -77,7 +77,7 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kRowsPerThread = kBlockM / Traits::kStatsThreads;
   static_assert(kBlockM % Traits::kStatsThreads == 0, "whole rows per statistics thread");
-  float v_max = 0.0f;
+  float v_max = 0.0f, dq_scale = 0.0f;
   DqWalkPos pos = walk.first;
   for (int step = 0; step < walk.num_steps; ++step) {
     const int stage = step % Traits::kStages;
@@ -96,13 +96,18 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
     if (Traits::kScaledDs && step == 0) {
       ClusterBarrier::wait(&s.vmax_ready, 0);
       v_max = s.v_max;
+      dq_scale = s.dq_scale;
     }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int row = thread + i * Traits::kStatsThreads;
       s.lse_log2[stage][row] = lse[i];
       s.dsum[stage][row] = dsum[i];
-      if constexpr (Traits::kScaledDs) s.ds_scale[stage][row] = row_scale<Traits>(f[i], dsum[i], v_max);
+      if constexpr (Traits::kScaledDs) {
+        const float si = row_scale<Traits>(f[i], dsum[i], v_max);
+        s.ds_scale[stage][row] = si;
+        s.dq_factor[step % 3][row] = dq_scale * inverse_pow2(si);
+      }
     }
     ClusterBarrier::arrive(&s.stats_full[stage]);
     pos = walk.next(pos);
