@@ -14,21 +14,23 @@
 //   dS^T = P^T * (dP^T - D)  -> registers and shared memory (bf16 inputs: fp16, row-scaled,
 //                                                          bwd_ds_scale_sm90.h)
 //   dK  += dS^T Q                                          (wgmma, dS^T from registers)
-//   dQ(t - 1) = dS K of the step before (columns split over the consumers; bf16 inputs: the fp16
-//          copy of K), once both consumers' dS of that step is in shared memory, times scale (bf16:
-//          and the inverse scales of dS and K); staged in shared memory at the top of step t + 1
-//          (after the loop for the last two), behind that step's S^T, for the producer's dQ warp,
-//          which adds it into dq_accum by TMA reductions (in the fixed turns of tile_range.h's
-//          deterministic schedule when kDeterministic; the walk over Q tiles starts on the
-//          diagonal under its rotated form)
+//   dQ(t - 1) = dS K of the step before (kDeterministic: dQ(t); columns split over the consumers;
+//          bf16 inputs: the fp16 copy of K), once both consumers' dS of that step is in shared
+//          memory, times scale (bf16: and the inverse scales of dS and K); staged in shared memory
+//          at the top of the next step (after the loop for the last), behind its S^T, for the
+//          producer's dQ warp, which adds it into dq_accum by TMA reductions (in the fixed turns
+//          of tile_range.h's deterministic schedule when kDeterministic; the walk over Q tiles
+//          starts on the diagonal under its rotated form)
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
 // bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging dQ behind
 // the next S^T, rather than before it, is measured in bench/results/2026-12-03_run14 (issuing
 // dP^T there too was up to 7% slower); the producer warpgroup in run 15.
 // dQ(t) waits a step for the other consumer's dS(t), so the consumers meet only through the dS
 // buffers' mbarriers and one may run up to a step ahead of the other: while one computes its
-// softmax, the other's GEMMs can keep the tensor cores busy. The producer runs up to two stages
-// ahead. dK (times scale) and dV are written once at the end.
+// softmax, the other's GEMMs can keep the tensor cores busy (bf16 D 128 S 8k: backward 7.5% faster
+// than with dQ(t) in step t behind a barrier of both; bench/results/2026-12-04_run17). The
+// deterministic kernel keeps dQ(t) in step t. The producer runs up to two stages ahead. dK (times
+// scale) and dV are written once at the end.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -212,10 +214,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::arrive(&s.dq_full);
   };
 
-  // Step t's dQ GEMM, dQ(t - 1) below, reads dS buffer (t - 1) % 2, which both consumers wrote in
-  // step t - 1. The consumers meet only there: ds_full says a buffer's dS is written (each consumer
-  // waits for it a step after its own writes, so that one may run up to a step ahead of the other),
-  // ds_empty that both dQ GEMMs reading it have retired (before dS(t + 2) overwrites it).
+  // kLag (the default backward): step t's dQ GEMM is dQ(t - 1), on dS buffer (t - 1) % 2, which both
+  // consumers wrote in step t - 1. The consumers meet only there: ds_full says a buffer's dS is
+  // written (each consumer waits for it a step after its own writes, so that one may run up to a
+  // step ahead of the other), ds_empty that both dQ GEMMs reading it have retired (before dS(t + 2)
+  // overwrites it). kDeterministic: dQ(t) in step t, after a barrier of both consumers, as its turn
+  // in the fixed order of the additions comes a step sooner (with the lag, deterministic backwards
+  // at S = 2k ran 15% slower).
+  constexpr bool kLag = !kDeterministic;
+  constexpr int kStageDelay = kLag ? 2 : 1;  // dQ(t) is staged at the top of step t + kStageDelay
   auto issue_dq = [&](int t, auto& acc_dq) {
     ClusterBarrier::wait(&s.ds_full[t % 2], static_cast<uint32_t>((t / 2) & 1));
     wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, t % 2), tdQrKt, acc_dq);
@@ -241,7 +248,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   };
   // The second consumer starts half a step behind the first (once the first has issued its first dV
   // GEMM), so that their softmaxes fall on each other's GEMMs rather than together.
-  if (num_steps > 0 && mma_tid >= Traits::kThreadsPerWarpGroup) ClusterBarrier::wait(&s.stagger, 0);
+  if (kLag && num_steps > 0 && mma_tid >= Traits::kThreadsPerWarpGroup) ClusterBarrier::wait(&s.stagger, 0);
 
   DqWalkPos pos = walk.first;
   CUTLASS_PRAGMA_NO_UNROLL
@@ -254,7 +261,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::wait(&s.qdo_full[stage], stage_parity);
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
-    if (step > 1) stage_dq(step - 2);
+    if (step >= kStageDelay) stage_dq(step - kStageDelay);
     Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
     // Row statistics of this thread's query columns, read from shared memory where they are used
@@ -296,7 +303,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     convert_fragment(tSrS, tOrP);
     wgmma_gemm<false, -1>(mma_dkv, tOrP, tdVrdOt(_, _, _, stage), acc_dv);
-    if (step == 0 && mma_tid == 0) ClusterBarrier::arrive(&s.stagger);
+    if (kLag && step == 0 && mma_tid == 0) ClusterBarrier::arrive(&s.stagger);
 
     warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
     warpgroup_fence_operand(tdPrdP);
@@ -309,9 +316,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);
-    // dS^T into this step's dS buffer once dQ(step - 2) has read it. bf16: fp16(dS^T s_i) (before
-    // the dK GEMM, whose operand registers would otherwise be live next to the fp32 dS^T).
-    if (step > 1) ClusterBarrier::wait(&s.ds_empty[ds_stage], static_cast<uint32_t>((step / 2 - 1) & 1));
+    // dS^T into this step's dS buffer once dQ(step - 2) has read it (kDeterministic: retired before
+    // the last dS barrier). bf16: fp16(dS^T s_i) (before the dK GEMM, whose operand registers would
+    // otherwise be live next to the fp32 dS^T).
+    if (kLag && step > 1) ClusterBarrier::wait(&s.ds_empty[ds_stage], static_cast<uint32_t>((step / 2 - 1) & 1));
     if constexpr (Traits::kScaledDs) {
       store_ds_transposed_scaled<Traits>(ds_smem, tdPrdP, s.ds_scale[stage], ds_stage, mma_tid);
     } else {
@@ -319,32 +327,37 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     }
     wgmma_gemm<false, -1>(mma_dkv, tOrdS, tdKrQt(_, _, _, stage), acc_dk);
     cutlass::arch::fence_view_async_shared();  // dS stores visible to the wgmma (async proxy)
-    ClusterBarrier::arrive(&s.ds_full[ds_stage]);
-
-    // dQ(step - 1). Step 0 runs the GEMM too, on read-only bytes, and drops the result: with the
-    // GEMM behind a branch ptxas serialised every wgmma of the loop (C7515).
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    if (step > 0) ClusterBarrier::wait(&s.ds_full[(step + 1) % 2], static_cast<uint32_t>(((step - 1) / 2) & 1));
-    wgmma_gemm<true, -1>(mma_dq, step > 0 ? tdQrdS(_, _, _, (step + 1) % 2) : tdQrNone(_, _, _, 0), tdQrKt, acc_dq);
-    retire_all(acc_dq);
-    if (step > 0) ClusterBarrier::arrive(&s.ds_empty[(step + 1) % 2]);
-    // Unconditional (step 0's result is never staged), so that dq is dead between its staging and
-    // here, as far as ptxas can tell.
-    scale_dq_rows<Traits>(dq, acc_dq, row_factors(step + 2));
+    if constexpr (kLag) {
+      ClusterBarrier::arrive(&s.ds_full[ds_stage]);
+      // dQ(step - 1). Step 0 runs the GEMM too, on read-only bytes, and drops the result: with the
+      // GEMM behind a branch ptxas serialised every wgmma of the loop (C7515).
+      if (step > 0) ClusterBarrier::wait(&s.ds_full[(step + 1) % 2], static_cast<uint32_t>(((step - 1) / 2) & 1));
+      wgmma_gemm<true, -1>(mma_dq, step > 0 ? tdQrdS(_, _, _, (step + 1) % 2) : tdQrNone(_, _, _, 0), tdQrKt, acc_dq);
+      retire_all(acc_dq);
+      if (step > 0) ClusterBarrier::arrive(&s.ds_empty[(step + 1) % 2]);
+    } else {
+      cutlass::arch::NamedBarrier::sync(Traits::kNumMmaThreads, static_cast<uint32_t>(BwdBarrier::kDsWritten));
+      wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, ds_stage), tdQrKt, acc_dq);
+      retire_all(acc_dq);
+    }
+    // Unconditional (with the lag, step 0's result is never staged), so that dq is dead between
+    // its staging and here, as far as ptxas can tell.
+    scale_dq_rows<Traits>(dq, acc_dq, row_factors(step + 4 - kStageDelay));
     // This thread is done with the stage: every wgmma of its warpgroup that reads Q or dO has
     // completed (the wait above covers the whole warpgroup's batches), and so have its reads of the
     // statistics (their values are used above).
     ClusterBarrier::arrive(&s.stage_empty[stage]);
     pos = walk.next(pos);
   }
-  if (num_steps > 1) stage_dq(num_steps - 2);
-  if (num_steps > 0) {
+  if (kLag && num_steps > 1) stage_dq(num_steps - 2);
+  if (kLag && num_steps > 0) {
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     issue_dq(num_steps - 1, acc_dq);
     retire_all(acc_dq);
     scale_dq_rows<Traits>(dq, acc_dq, row_factors(num_steps - 1));
-    stage_dq(num_steps - 1);
   }
+  if (num_steps > 0) stage_dq(num_steps - 1);
 
   // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
   sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);

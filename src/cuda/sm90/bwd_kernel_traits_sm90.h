@@ -38,7 +38,7 @@ struct BwdTraits {
   static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;
   static constexpr int kBlockN = 128;  // key rows per block
   static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
-  static constexpr int kStagesdS = 2;  // dS buffers: step t writes t % 2, read by dQ(t) in step t + 1
+  static constexpr int kStagesdS = 2;  // dS buffers: step t writes t % 2 (read by dQ(t) in step t + 1)
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
@@ -181,7 +181,8 @@ struct BwdTraits {
 
 // Named barriers of the consumer warpgroups (ids after CUTLASS's reserved ones).
 enum class BwdBarrier : uint32_t {
-  kPrologue = 0,  // the consumers' block reductions of K's and V's maxima
+  kDsWritten = 0,  // kDeterministic: both consumers' dS of the step in shared memory
+  kPrologue = 1,   // the consumers' block reductions of K's and V's maxima
 };
 
 }  // namespace flashtrain::cuda::sm90
