@@ -48,11 +48,16 @@ def main():
         rows = sorted(groups[key], key=lambda r: r["seqlen"])
         for col, (metric, title) in enumerate(PASSES):
             ax = axes[row][col]
-            for name, label in BACKENDS:
+            missing = []
+            for i, (name, label) in enumerate(BACKENDS):
                 pts = [(r["seqlen"], r[name][metric]) for r in rows
                        if isinstance(r.get(name), dict) and metric in r[name]]
-                if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+                if pts:  # one color per backend in every panel, whichever are missing
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, color=f"C{i}")
+                else:
+                    missing.append(label)
+            if missing:
+                ax.text(0.02, 0.02, "no data: " + ", ".join(missing), transform=ax.transAxes, fontsize=7)
             ax.set_xscale("log", base=2)
             ax.set_xticks([r["seqlen"] for r in rows], [seq_label(r["seqlen"]) for r in rows])
             ax.set_ylim(bottom=0)

@@ -137,6 +137,33 @@ TEST_P(CudaBackward, Sm90ShapesMultiStep) {
   EXPECT_GT(ran, 0) << "no head dim is built";
 }
 
+// Blocks of one, two and three steps on the sm90 backward (one query head per key head, so a
+// block's steps are its Q tiles; the sm90 kernel's Q tile is 128 rows at D 64 and 64 at D 128):
+// the default kernel computes dQ of a step in the next one, so its first step's dQ GEMM is a
+// dropped one and its last two steps' dQ are staged after the loop. Causal and deterministic
+// variants too (under causal the blocks of one sequence have different step counts).
+TEST_P(CudaBackward, Sm90FewStepsPerBlock) {
+  int ran = 0;
+  for (int d : {64, 128}) {
+    const int tile = d == 64 ? 128 : 64;
+    for (int sq : {tile, 2 * tile, 3 * tile - 10}) {
+      for (bool causal : {false, true}) {
+        for (bool deterministic : {false, true}) {
+          check::CaseSpec s = dense_spec("D " + std::to_string(d) + (causal ? " causal" : "") +
+                                             (deterministic ? " deterministic" : "") + ", 2 x " + std::to_string(sq),
+                                         2, sq, sq, 2, 2, d, d, GetParam());
+          s.options.causal = causal;
+          s.options.deterministic = deterministic;
+          if (head_dim_not_built(s)) continue;
+          expect_case_passes(s, Backend::kCUDA);
+          ++ran;
+        }
+      }
+    }
+  }
+  EXPECT_GT(ran, 0) << "no head dim is built";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackward, ::testing::Values(DType::kFloat16, DType::kBFloat16),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(check::dtype_short_name(info.param));
