@@ -27,8 +27,8 @@
 // dP^T there too was up to 7% slower); the producer warpgroup in run 15.
 // dQ(t) waits a step for the other consumer's dS(t), so the consumers meet only through the dS
 // buffers' mbarriers and one may run up to a step ahead of the other: while one computes its
-// softmax, the other's GEMMs can keep the tensor cores busy (bf16 D 128 S 8k: backward 7.5% faster
-// than with dQ(t) in step t behind a barrier of both; bench/results/2026-12-04_run17). The
+// softmax, the other's GEMMs can keep the tensor cores busy (bf16 D 128 S 8k: backward time 0.92x
+// that with dQ(t) in step t behind a barrier of both; bench/results/2026-12-04_run17). The
 // deterministic kernel keeps dQ(t) in step t. The producer runs up to two stages ahead. dK (times
 // scale) and dV are written once at the end.
 #pragma once
@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // step ahead of the other), ds_empty that both dQ GEMMs reading it have retired (before dS(t + 2)
   // overwrites it). kDeterministic: dQ(t) in step t, after a barrier of both consumers, as its turn
   // in the fixed order of the additions comes a step sooner (with the lag, deterministic backwards
-  // at S = 2k ran 15% slower).
+  // at S = 2k ran 13-16% slower, run 17).
   constexpr bool kLag = !kDeterministic;
   constexpr int kStageDelay = kLag ? 2 : 1;  // dQ(t) is staged at the top of step t + kStageDelay
   auto issue_dq = [&](int t, auto& acc_dq) {

@@ -152,8 +152,9 @@ struct BwdTraits {
     float lse_log2[kStages][kBlockM];  // lse * log2(e) (+inf past the sequence)
     float dsum[kStages][kBlockM];      // D = rowsum(dO * O) (0 past the sequence)
     float ds_scale[kStages][kBlockM];  // kScaledDs: s_i (bwd_ds_scale_sm90.h; 1 past the sequence)
-    // kScaledDs: step t's dQ row factors dq_scale / s_i in slot t % 3, read in step t + 1, after the
-    // step's stage is released: a slot is rewritten for step t + 3, once step t + 1's stage is.
+    // kScaledDs: step t's dQ row factors dq_scale / s_i in slot t % 3, read in step t + 1 (after the
+    // step's stage is released; kDeterministic: in step t): a slot is rewritten for step t + 3, once
+    // step t + 1's stage is released.
     float dq_factor[kScaledDs ? 3 : 1][kBlockM];
     float scratch[2 * kNumMmaThreads / 32];  // the consumers' prologue reductions
     float v_max;                             // kScaledDs: the tile's max |V|

@@ -65,9 +65,9 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp
   }
 }
 
-// The statistics warps (thread 0 .. kStatsThreads - 1): each step's lse * log2e and D (bf16 inputs:
-// and s_i, bwd_ds_scale_sm90.h, into the stage, and dQ's row factors into their slot) of its rows; rows past the sequence get lse = +inf
-// (so P = 0), D = 0 and s_i = 1. bf16: s_i needs the tile's max |V|, which the consumers publish
+// The statistics warps (thread 0 .. kStatsThreads - 1): each step's lse * log2e and D of its rows
+// into its stage (bf16 inputs: also s_i, bwd_ds_scale_sm90.h, and into their slot dQ's row factors);
+// rows past the sequence get lse = +inf (so P = 0), D = 0 and s_i = 1. bf16: s_i needs the tile's max |V|, which the consumers publish
 // through vmax_ready.
 template <class Traits>
 __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const sm80::SeqGeometry& geo,
