@@ -22,22 +22,8 @@ def seq_label(seqlen):
     return str(seqlen)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json", help="output of bench/bench_attention.py --json")
-    ap.add_argument("--out", required=True, help="PNG to write")
-    args = ap.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("plot_bench: matplotlib is not installed; nothing plotted", file=sys.stderr)
-        return 1
-    with open(args.json) as f:
-        data = json.load(f)
+def draw(data, plt):
+    """The figure of a bench_attention.py JSON (already loaded): a row of panels per group."""
     groups = {}
     for r in data["results"]:
         groups.setdefault((r["dtype"], r["dim"], r["causal"]), []).append(r)
@@ -72,6 +58,26 @@ def main():
     meta = data.get("meta", {})
     fig.suptitle(f"{meta.get('gpu', '')}, torch {meta.get('torch', '')}, {meta.get('date', '')}", fontsize=10, y=0.999, va="top")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))  # room for the title above the top row
+    return fig
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json", help="output of bench/bench_attention.py --json")
+    ap.add_argument("--out", required=True, help="PNG to write")
+    args = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot_bench: matplotlib is not installed; nothing plotted", file=sys.stderr)
+        return 1
+    with open(args.json) as f:
+        data = json.load(f)
+    fig = draw(data, plt)
     fig.savefig(args.out, dpi=110)
     print(f"wrote {args.out}")
     return 0

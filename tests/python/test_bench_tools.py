@@ -1,6 +1,6 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
 and table, bench/ncu_stalls.py's read of the per-instruction table, and bench/plot_bench.py's
-sequence-length labels."""
+sequence-length labels and per-backend colors."""
 import importlib.util
 import os
 import sys
@@ -92,3 +92,28 @@ def test_ncu_stalls_ranks_and_totals(tmp_path, capsys):
 def test_plot_labels():
     plot_bench = load("plot_bench")
     assert [plot_bench.seq_label(s) for s in (512, 1024, 16384, 1536, 1000)] == ["0.5k", "1k", "16k", "1.5k", "1000"]
+
+
+def test_plot_colors_follow_the_backend_not_the_order():
+    """A group without flashtrain (a head dim not built) keeps FA2 and cuDNN in their own colors
+    and names what is missing; before, FA2 took flashtrain's color there."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plot_bench = load("plot_bench")
+    times = {"fwd_tflops": 1.0, "bwd_tflops": 2.0, "fwdbwd_tflops": 3.0}
+    results = []
+    for dim, ours in ((64, dict(times)), (256, {"error": "head dim 256 is not built"})):
+        for seqlen in (1024, 2048):
+            results.append({"dtype": "bf16", "dim": dim, "causal": False, "seqlen": seqlen,
+                            "flashtrain": ours, "flash": dict(times), "cudnn": dict(times)})
+    fig = plot_bench.draw({"results": results, "meta": {}}, plt)
+    axes = fig.axes
+    full, partial = axes[0], axes[len(plot_bench.PASSES)]  # the first panel of each group
+    colors = {line.get_label(): line.get_color() for line in full.get_lines()}
+    assert colors == {"flashtrain": "C0", "SDPA flash (FA2)": "C1", "SDPA cuDNN": "C2"}
+    assert {line.get_label(): line.get_color() for line in partial.get_lines()} == {
+        "SDPA flash (FA2)": "C1", "SDPA cuDNN": "C2"}
+    assert any("no data: flashtrain" in t.get_text() for t in partial.texts)
+    plt.close(fig)
