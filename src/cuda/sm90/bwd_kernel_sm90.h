@@ -342,7 +342,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       retire_all(acc_dq);
     }
     // Unconditional (with the lag, step 0's result is never staged), so that dq is dead between
-    // its staging and here, as far as ptxas can tell.
+    // its staging and here, as far as ptxas can tell. The factors are those of the step whose dQ
+    // this is, step + 1 - kStageDelay, plus 3 so that step 0's dropped one reads a valid slot.
     scale_dq_rows<Traits>(dq, acc_dq, row_factors(step + 4 - kStageDelay));
     // This thread is done with the stage: every wgmma of its warpgroup that reads Q or dO has
     // completed (the wait above covers the whole warpgroup's batches), and so have its reads of the
