@@ -6,7 +6,8 @@ The grid of bench_attention.py keeps B*S = 16k tokens and H*D = 2048; this does 
 --launch-count 1 python3 bench/profile_kernels.py --seq 8192 --dim 128` profiles the steady-state
 backward of the benchmark's shape. With --table it profiles itself (torch.profiler) and prints
 each CUDA kernel's launches and mean time per forward+backward, e.g. to see what the overflow
-guard's empty safe-pass launches cost.
+guard's empty safe-pass launches cost. --backend cudnn / flash runs torch SDPA's cuDNN or flash
+(FlashAttention-2) backend on the same inputs instead, for a side-by-side kernel breakdown.
 """
 import argparse
 
@@ -20,28 +21,43 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--deterministic", action="store_true")
     ap.add_argument("--iters", type=int, default=3, help="forward+backward passes")
+    ap.add_argument("--backend", default="flashtrain", choices=["flashtrain", "cudnn", "flash"],
+                    help="flashtrain, or torch SDPA's cuDNN / flash backend (default flashtrain)")
     ap.add_argument("--table", action="store_true",
                     help="profile --iters passes after a warm-up and print a per-kernel time table")
     args = ap.parse_args()
     import torch
 
-    import flashtrain
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     b, h = max(1, 16384 // args.seq), 2048 // args.dim
     q, k, v = (torch.randn(b, args.seq, h, args.dim, device="cuda", dtype=dtype, requires_grad=True)
                for _ in range(3))
     dout = torch.ones(b, args.seq, h, args.dim, device="cuda", dtype=dtype)
 
+    if args.backend == "flashtrain":
+        import flashtrain
+
+        def attend():
+            return flashtrain.flash_attn_func(q, k, v, causal=args.causal, deterministic=args.deterministic)
+    else:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[args.backend]
+
+        def attend():  # SDPA takes (B, H, S, D); transposed views keep the BSHD memory
+            with sdpa_kernel(backend):
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=args.causal)
+            return out.transpose(1, 2)
+
     def step():
         for t in (q, k, v):
             t.grad = None  # no gradient accumulation kernels in the profile
-        out = flashtrain.flash_attn_func(q, k, v, causal=args.causal, deterministic=args.deterministic)
-        out.backward(dout)
+        attend().backward(dout)
 
     if args.table:
         rows = kernel_times(torch, step, args.iters)
         total = sum(us for _, us in rows.values())
-        print(f"seq {args.seq}, dim {args.dim}, {args.dtype}, causal {args.causal}: "
+        print(f"{args.backend}: seq {args.seq}, dim {args.dim}, {args.dtype}, causal {args.causal}: "
               f"{total:.1f} us of kernels per forward+backward ({args.iters} passes)")
         print("%10s %8s  %s" % ("us/pass", "launches", "kernel"))
         for name, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1]):

@@ -164,6 +164,27 @@ TEST_P(CudaBackward, Sm90FewStepsPerBlock) {
   EXPECT_GT(ran, 0) << "no head dim is built";
 }
 
+// The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h) on its two paths: staged through
+// shared memory into padded outputs (row and head strides not the dense ones, last key tile
+// partial, padding checked untouched), and the fp32 atomics of a query-head group split over
+// blocks (MQA on a tiny grid).
+TEST_P(CudaBackward, Sm90DkDvEpilogue) {
+  int ran = 0;
+  for (int d : {64, 128}) {
+    check::CaseSpec padded = dense_spec("D " + std::to_string(d) + " padded, 2 x 300 x 170, GQA 4/2", 2, 300, 170,
+                                        4, 2, d, d, GetParam());
+    padded.layout = check::Layout::kPadded;
+    check::CaseSpec split = dense_spec("D " + std::to_string(d) + " MQA 16/1, split group, 1 x 200 x 100", 1, 200,
+                                       100, 16, 1, d, d, GetParam());
+    for (check::CaseSpec* s : {&padded, &split}) {
+      if (head_dim_not_built(*s)) continue;
+      expect_case_passes(*s, Backend::kCUDA);
+      ++ran;
+    }
+  }
+  EXPECT_GT(ran, 0) << "no head dim is built";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackward, ::testing::Values(DType::kFloat16, DType::kBFloat16),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(check::dtype_short_name(info.param));

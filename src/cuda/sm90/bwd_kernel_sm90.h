@@ -39,13 +39,14 @@
 #include "../../common/mask.h"
 #include "../common/fast_math.h"
 #include "../common/mask_tile.h"
-#include "../sm80/bwd_epilogue.h"
 #include "../sm80/bwd_params.h"
 #include "bwd_ds_scale_sm90.h"
+#include "bwd_epilogue_sm90.h"
 #include "bwd_kernel_traits_sm90.h"
 #include "bwd_params_sm90.h"
 #include "bwd_producer_sm90.h"
 #include "bwd_smem_stores_sm90.h"
+#include "bwd_trace_sm90.h"
 #include "device_code_sm90.h"
 #include "wgmma_utils_sm90.h"
 
@@ -130,6 +131,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int mma_tid = tid - Traits::kThreadsPerWarpGroup;
+  if constexpr (kBwdTrace) {  // bwd_trace_sm90.h: nothing unless built with FLASHTRAIN_BWD_TRACE
+    bwd_trace_phase(kp.trace, mma_tid, kPhaseStart);
+    if (mma_tid == 0) {
+      bwd_trace(kp.trace, mma_tid, kTraceGlobalStart, trace_globaltimer());
+      uint32_t sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      bwd_trace(kp.trace, mma_tid, kTraceSm, sm);
+      bwd_trace(kp.trace, mma_tid, kTraceSteps, static_cast<uint64_t>(num_steps));
+    }
+  }
 
   // ---- shared memory ----------------------------------------------------------------------
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
@@ -149,6 +160,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   if (num_steps > 0) {
     ClusterBarrier::wait(&s.kv_full, 0);
+    bwd_trace_phase(kp.trace, mma_tid, kPhaseKv);
     if constexpr (Traits::kScaledDs) {
       // bf16: the fp16 copy of K for dQ, and for the statistics warps the tile's max |V| (for s_i)
       // and the part of dQ's row factors common to all rows.
@@ -223,9 +235,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // at S = 2k ran 13-16% slower, run 17).
   constexpr bool kLag = !kDeterministic;
   constexpr int kStageDelay = kLag ? 2 : 1;  // dQ(t) is staged at the top of step t + kStageDelay
-  auto issue_dq = [&](int t, auto& acc_dq) {
-    ClusterBarrier::wait(&s.ds_full[t % 2], static_cast<uint32_t>((t / 2) & 1));
-    wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, t % 2), tdQrKt, acc_dq);
+  // dQ(t) once both consumers' dS(t) is in shared memory. Step 0 (drop) runs the GEMM too, on
+  // read-only bytes, and its result is dropped: with the GEMM behind a branch ptxas serialised
+  // every wgmma of the loop (C7515).
+  auto issue_dq = [&](int t, bool drop, auto& acc_dq) {
+    if (!drop) ClusterBarrier::wait(&s.ds_full[t % 2], static_cast<uint32_t>((t / 2) & 1));
+    wgmma_gemm<true, -1>(mma_dq, drop ? tdQrNone(_, _, _, 0) : tdQrdS(_, _, _, t % 2), tdQrKt, acc_dq);
   };
   // Retires every wgmma of this warpgroup in flight.
   auto retire_all = [&](auto& acc_dq) {
@@ -249,6 +264,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // The second consumer starts half a step behind the first (once the first has issued its first dV
   // GEMM), so that their softmaxes fall on each other's GEMMs rather than together.
   if (kLag && num_steps > 0 && mma_tid >= Traits::kThreadsPerWarpGroup) ClusterBarrier::wait(&s.stagger, 0);
+  bwd_trace_phase(kp.trace, mma_tid, kPhaseLoop);
 
   DqWalkPos pos = walk.first;
   CUTLASS_PRAGMA_NO_UNROLL
@@ -330,10 +346,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     if constexpr (kLag) {
       ClusterBarrier::arrive(&s.ds_full[ds_stage]);
-      // dQ(step - 1). Step 0 runs the GEMM too, on read-only bytes, and drops the result: with the
-      // GEMM behind a branch ptxas serialised every wgmma of the loop (C7515).
-      if (step > 0) ClusterBarrier::wait(&s.ds_full[(step + 1) % 2], static_cast<uint32_t>(((step - 1) / 2) & 1));
-      wgmma_gemm<true, -1>(mma_dq, step > 0 ? tdQrdS(_, _, _, (step + 1) % 2) : tdQrNone(_, _, _, 0), tdQrKt, acc_dq);
+      issue_dq(step - 1, step == 0, acc_dq);  // dQ(step - 1)
       retire_all(acc_dq);
       if (step > 0) ClusterBarrier::arrive(&s.ds_empty[(step + 1) % 2]);
     } else {
@@ -351,17 +364,25 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::arrive(&s.stage_empty[stage]);
     pos = walk.next(pos);
   }
+  bwd_trace_phase(kp.trace, mma_tid, kPhaseLoopEnd);
   if (kLag && num_steps > 1) stage_dq(num_steps - 2);
   if (kLag && num_steps > 0) {
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    issue_dq(num_steps - 1, acc_dq);
+    issue_dq(num_steps - 1, false, acc_dq);
     retire_all(acc_dq);
     scale_dq_rows<Traits>(dq, acc_dq, row_factors(num_steps - 1));
   }
   if (num_steps > 0) stage_dq(num_steps - 1);
+  bwd_trace_phase(kp.trace, mma_tid, kPhaseTail);
 
-  // ---- dK (times scale: S was scale * Q K^T) and dV; a non-finite one raises the guard's flag
-  sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);
+  // ---- dK and dV, staged in V's shared memory. Each warpgroup's last dP GEMM, the last reader of
+  // its V rows, has retired; in a one-step tile the other warpgroup's dropped dQ GEMM may still read
+  // V's bytes (tdQrNone), which later steps' dS waits rule out otherwise.
+  if (kLag && num_steps == 1)
+    cutlass::arch::NamedBarrier::sync(Traits::kNumMmaThreads, static_cast<uint32_t>(BwdBarrier::kTileDone));
+  store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, s.v.data(), mma_tid);
+  bwd_trace_phase(kp.trace, mma_tid, kPhaseEnd);
+  if (kBwdTrace && mma_tid == 0) bwd_trace(kp.trace, mma_tid, kTraceGlobalEnd, trace_globaltimer());
 #endif
 }
 

@@ -184,6 +184,9 @@ struct BwdTraits {
 enum class BwdBarrier : uint32_t {
   kDsWritten = 0,  // kDeterministic: both consumers' dS of the step in shared memory
   kPrologue = 1,   // the consumers' block reductions of K's and V's maxima
+  kEpilogue0 = 2,  // + w: warpgroup w's dK / dV staging written / read (bwd_epilogue_sm90.h)
+  kEpilogue1 = 3,
+  kTileDone = 4,   // both consumers' wgmmas retired (a one-step tile's epilogue)
 };
 
 }  // namespace flashtrain::cuda::sm90

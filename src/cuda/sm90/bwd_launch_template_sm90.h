@@ -94,8 +94,11 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
     const dim3 grid = kp.band_heads > 0
                           ? dim3(static_cast<unsigned>(kp.units) * static_cast<unsigned>(plan.n_blocks))
                           : dim3(static_cast<unsigned>(plan.n_blocks), static_cast<unsigned>(batch), heads_z);
+    const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    kp.trace = bwd_trace_buffer(blocks, stream);  // nullptr unless built with FLASHTRAIN_BWD_TRACE
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
     check_launch("flashtrain::cuda::sm90::bwd_kernel_sm90");
+    bwd_trace_dump(kp.trace, blocks, kHeadDim, Traits::kBlockM, Traits::kBlockN, stream);
   }
   sm80::launch_bwd_postprocess<Element, kHeadDim, kHeadDim>(kp.p, stream);
   check_launch("bwd_postprocess");

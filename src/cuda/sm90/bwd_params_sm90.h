@@ -28,6 +28,7 @@ struct BwdKernelParams {
   int band_heads;
   int units;     // batch * heads per block row (the grid's y * z extent in the 3-D order)
   int n_blocks;  // key tiles per unit
+  uint64_t* trace;  // bwd_trace_sm90.h: a record per block, or nullptr (always, unless tracing)
 };
 
 // (key tile, batch, head unit) of this block under kp's grid order.
