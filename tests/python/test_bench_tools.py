@@ -1,6 +1,7 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
-and table, bench/ncu_stalls.py's read of the per-instruction table, and bench/plot_bench.py's
-sequence-length labels and per-backend colors."""
+and table, bench/ncu_stalls.py's read of the per-instruction table, bench/plot_bench.py's
+sequence-length labels and per-backend colors, and bench/bwd_trace.py's read of the backward's
+per-block timeline."""
 import importlib.util
 import os
 import sys
@@ -117,3 +118,42 @@ def test_plot_colors_follow_the_backend_not_the_order():
         "SDPA flash (FA2)": "C1", "SDPA cuDNN": "C2"}
     assert any("no data: flashtrain" in t.get_text() for t in partial.texts)
     plt.close(fig)
+
+
+def test_bwd_trace_phases_and_gaps(tmp_path):
+    """Two SMs, two blocks each, at 2 cycles per ns: the phases come back in microseconds, the
+    second warpgroup's later end and the gap to the SM's next block are measured from the end of
+    the block's last warpgroup, and a block without steps counts for the gaps only."""
+    import struct
+    bwd_trace = load("bwd_trace")
+    ghz = 2.0
+    phases_ns = [[0, 1000, 2000, 42000, 44000, 46000], [0, 1000, 3000, 43000, 45000, 47000]]
+    records = []
+    for block in range(4):
+        sm, order = block % 2, block // 2
+        g0 = 1_000_000 + order * 50_000  # the block after starts 3 us after warpgroup 1's end
+        c0 = 10_000_000 + block * 777
+        rec = [0] * 16
+        rec[0], rec[1], rec[2], rec[3] = g0, g0 + phases_ns[0][5], sm, 20 if block != 3 else 0
+        for w in range(2):
+            for ph in range(6):
+                rec[4 + 6 * w + ph] = int(c0 + ghz * phases_ns[w][ph])
+        records.append(rec)
+    path = tmp_path / "trace.bin"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<8q", 4, 128, 64, 128, 1980000, 0, 0, 0))
+        for rec in records:
+            f.write(struct.pack("<16Q", *rec))
+    meta, recs = bwd_trace.read(str(path))
+    assert meta["blocks"] == 4 and meta["head_dim"] == 128 and len(recs) == 4
+    out = bwd_trace.summarise(meta, recs)
+    assert out["blocks_traced"] == 4 and out["blocks_with_steps"] == 3 and out["sms"] == 2
+    assert abs(out["median_ghz"] - ghz) < 1e-6
+    ph = out["phases"]
+    assert abs(ph["kv_wg0"]["median_us"] - 1.0) < 1e-6
+    assert abs(ph["prologue_wg1"]["median_us"] - 2.0) < 1e-6
+    assert abs(ph["steps_wg0"]["median_us"] - 40.0) < 1e-6
+    assert abs(ph["epilogue_wg1"]["median_us"] - 2.0) < 1e-6
+    assert abs(ph["wg1_after_wg0"]["median_us"] - 1.0) < 1e-6
+    assert abs(ph["gap"]["median_us"] - 3.0) < 1e-6
+    assert abs(out["median_step_us"] - 2.0) < 1e-6
