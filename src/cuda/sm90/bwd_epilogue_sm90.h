@@ -33,6 +33,12 @@ __device__ __forceinline__ uint32_t dkv_stage_offset(int w, int r, int c) {
   return static_cast<uint32_t>((c / 8) * Traits::kBlockN * 128 + (64 * w + r) * 128 + (((c % 8) ^ (r % 8)) * 16));
 }
 
+// Warpgroup w's threads all at the same point of its staging (written, or read out).
+template <class Traits>
+__device__ __forceinline__ void sync_dkv_staging(int w) {
+  cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(BwdBarrier::kEpilogue0) + w);
+}
+
 // One 64 x D tile of warpgroup w (this thread's accumulator `acc`, already scaled): rounded into
 // the staging at `stage` (V's shared-memory address), then rows [64 w, rows) written to `out`
 // (row stride `stride` elements, 16-byte aligned rows). `bad` collects non-finite rounded values.
@@ -55,7 +61,7 @@ __device__ __forceinline__ void store_dkv_rows(const Acc& acc, uint32_t stage, i
     const uint32_t addr = stage + dkv_stage_offset<Traits>(w, r, c) + 4 * (lane % 4);
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pairs[j]));
   }
-  cutlass::arch::NamedBarrier::sync(kThreads, static_cast<uint32_t>(BwdBarrier::kEpilogue0) + w);
+  sync_dkv_staging<Traits>(w);
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < 64 * kChunks / kThreads; ++i) {
     const int k = i * kThreads + t, r = k / kChunks, c = k % kChunks;
@@ -94,8 +100,7 @@ __device__ __forceinline__ void store_dkv(const sm80::BwdParams& p, const sm80::
   bool bad = false;
   store_dkv_rows<Traits>(acc_dv, stage, mma_tid, dv, p.sdv.seq, rows, bad);
   // dK reuses the staging once every thread of the warpgroup has read its dV chunks.
-  cutlass::arch::NamedBarrier::sync(Traits::kThreadsPerWarpGroup,
-                                    static_cast<uint32_t>(BwdBarrier::kEpilogue0) + mma_tid / Traits::kThreadsPerWarpGroup);
+  sync_dkv_staging<Traits>(mma_tid / Traits::kThreadsPerWarpGroup);
   store_dkv_rows<Traits>(acc_dk, stage, mma_tid, dk, p.sdk.seq, rows, bad);
   raise_nonfinite_flag(&p.numerics->nonfinite, bad);
 }

@@ -21,7 +21,7 @@ inline constexpr bool kBwdTrace = true;
 inline constexpr bool kBwdTrace = false;
 #endif
 
-// A block's record: kBwdTraceSlots 64-bit values. Slots of warpgroup w are kWgBase + kWgSlots w + phase.
+// A block's record: kBwdTraceSlots 64-bit values; warpgroup w's phases in slots kTraceWgBase + kPhases w + phase.
 inline constexpr int kBwdTraceSlots = 16;
 enum BwdTraceSlot : int {
   kTraceGlobalStart = 0,  // %globaltimer (ns) at the kernel's start (warpgroup 0)
