@@ -186,15 +186,15 @@ std::string pass_reason(const Problem& p, const char* pass, const int (&head_dim
 
 // FwdArgs::key_tile for p (fwd_args_sm90.h).
 int key_tile(const Problem& p, const MaskSpec& mask) {
-  if (p.dim_qk != 128 || p.dim_v != 128 || mask.left >= 0 || mask.right >= 0) return 0;
+  const int long_tile = long_key_tile(static_cast<int>(p.dim_qk));
+  if (long_tile == 0 || p.dim_v != p.dim_qk || mask.left >= 0 || mask.right >= 0) return 0;
   // Read on every call (a few string compares next to a launch), so a test can set it per case.
   const char* env = std::getenv("FLASHTRAIN_FWD_KEY_TILE");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0)
-    return p.max_seqlen_k >= kLongKeyTileMinSeqlenK ? kLongKeyTile : 0;
+    return p.max_seqlen_k >= long_key_tile_min_seqlen_k(static_cast<int>(p.dim_qk)) ? long_tile : 0;
   if (std::strcmp(env, "128") == 0) return 0;
-  FT_CHECK(std::to_string(kLongKeyTile) == env, "FLASHTRAIN_FWD_KEY_TILE='", env,
-           "': expected 128, ", kLongKeyTile, " or auto");
-  return kLongKeyTile;
+  FT_CHECK(std::strcmp(env, "long") == 0, "FLASHTRAIN_FWD_KEY_TILE='", env, "': expected 128, long or auto");
+  return long_tile;
 }
 
 }  // namespace

@@ -32,17 +32,19 @@ struct FwdArgs {
   float scale = 0.0f;  // softmax scale (natural units); the kernel folds log2(e) into it
   MaskSpec mask{0, -1, -1, 0};
   int num_sms = 0;  // of the device the kernel runs on: the persistent grid's size
-  // Keys per K/V tile: 0 for the head dim's default, or kLongKeyTile (D = 128 only).
+  // Keys per K/V tile: 0 for the head dim's default, or long_key_tile(head dim).
   int key_tile = 0;
 };
 
-// D = 128 without a causal or window mask: 176-key tiles once Sk reaches kLongKeyTileMinSeqlenK
-// (H200, bench/results/2026-12-03_run16: 3-4% faster forward at Sk 8k, 3-4% slower at 2k, where
-// the ragged last tile and the output staged in Q's buffer cost more per key). Below that, or
-// under a mask, the 128-key default. FLASHTRAIN_FWD_KEY_TILE=128 or 176 overrides the choice for
-// D = 128 unmasked.
-constexpr int kLongKeyTile = 176;
-constexpr int kLongKeyTileMinSeqlenK = 8192;
+// Without a causal or window mask, once Sk reaches long_key_tile_min_seqlen_k(D), D = 128 takes
+// 176-key tiles (H200, bench/results/2026-12-03_run16: 3-4% faster forward at Sk 8k, 3-4% slower
+// at 2k, where the ragged last tile and the output staged in Q's buffer cost more per key) and
+// D = 64 192-key ones (its tile's GEMMs take half D = 128's time, so the fixed costs per tile,
+// barrier waits, the ping-pong hand-over and the rescale of O, weigh twice as much). Below that,
+// under a mask, or at D = 256 (whose O leaves no registers for more keys), the 128-key default (64
+// at D = 256). FLASHTRAIN_FWD_KEY_TILE=128 or long overrides the choice where a long tile exists.
+constexpr int long_key_tile(int head_dim) { return head_dim == 64 ? 192 : head_dim == 128 ? 176 : 0; }
+constexpr int long_key_tile_min_seqlen_k(int head_dim) { return head_dim == 64 ? 2048 : 8192; }
 
 // Defined in fwd_launch_template_sm90.h, instantiated once per (Element, head dim) in
 // src/cuda/instantiations/fwd_hdim{D}_{fp16|bf16}_sm90.cu.

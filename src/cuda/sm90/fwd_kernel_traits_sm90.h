@@ -14,8 +14,8 @@
 
 namespace flashtrain::cuda::sm90 {
 
-// kBlockN_: keys per K/V tile. The default suits every mask and length; D = 128 without a mask
-// also has kLongKeyTile (FwdArgs::key_tile, fwd_args_sm90.h).
+// kBlockN_: keys per K/V tile. The default suits every mask and length; D = 64 and 128 without a
+// mask also have long_key_tile(D) (FwdArgs::key_tile, fwd_args_sm90.h).
 template <int kHeadDim_, typename Element_, int kBlockN_ = (kHeadDim_ <= 128 ? 128 : 64)>
 struct FwdTraits {
   using Element = Element_;

@@ -31,8 +31,9 @@ void launch_fwd(const FwdArgs& args, cudaStream_t stream) {
 
 template <typename Element, int kHeadDim>
 void run_fwd_hdim(const FwdArgs& args, cudaStream_t stream) {
-  if constexpr (kHeadDim == 128) {
-    if (args.key_tile == kLongKeyTile) return launch_fwd<FwdTraits<kHeadDim, Element, kLongKeyTile>>(args, stream);
+  constexpr int kLong = long_key_tile(kHeadDim);
+  if constexpr (kLong > 0) {
+    if (args.key_tile == kLong) return launch_fwd<FwdTraits<kHeadDim, Element, kLong>>(args, stream);
   }
   launch_fwd<FwdTraits<kHeadDim, Element>>(args, stream);
 }
