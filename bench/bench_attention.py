@@ -4,8 +4,10 @@
 Same process, same inputs (DESIGN.md §5): q, k, v live in BSHD memory as after a QKV projection;
 torch SDPA receives the (B, H, S, D) transposed views of the same tensors. Grid: B*S = 16k tokens,
 H*D = 2048, S in {512 .. 16k}, D in {64, 128, 256}, causal and not, bf16 and fp16. FLOPs: fwd =
-4*B*H*S*S*D (halved when causal), bwd = 2.5 * fwd. Median of CUDA events after warm-up. Peak extra
-memory of fwd+bwd (torch's allocator) is measured too.
+4*B*H*S*S*D (halved when causal), bwd = 2.5 * fwd. Median of CUDA events after warm-up, with all
+backends (and flashtrain's bwd variants) timed in alternation rep by rep, so that every ratio
+compares times taken under the same clocks. Peak extra memory of fwd+bwd (torch's allocator) is
+measured too.
 
 Usage:
   python3 bench/bench_attention.py [--quick] [--json FILE] [--markdown FILE]
@@ -48,20 +50,32 @@ def parse_args():
     return args
 
 
-def median_ms(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+def time_ms(fn):
+    """One call of fn between its own CUDA events, in ms."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def interleaved_medians(fns, reps, warmup=3, timer=time_ms):
+    """Median ms of each of fns (name -> callable), timed in alternation: rep r runs every callable
+    once, starting from the r-th (so no callable always follows the same one). Timing them one
+    after the other instead lets the GPU's clocks drift between them by a few percent, as much as
+    the differences the table's ratios show."""
+    names = list(fns)
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+    times = {name: [] for name in names}
+    for r in range(reps):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            times[name].append(timer(fns[name]))
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def sdpa_runner(backend):
@@ -90,38 +104,51 @@ BWD_VARIANTS = (("flashtrain_det", "det / default", {"deterministic": True}),
                 ("flashtrain_high", "high / default", {"precision": "high"}))
 
 
-def measure_bwd(run, q, k, v, dout, causal, reps):
-    """Returns bwd ms, or raises."""
-    out = run(q, k, v, causal)
-    return median_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True), reps)
-
-
-def measure(run, q, k, v, dout, causal, reps):
-    """Returns fwd ms, bwd ms, fwd+bwd ms and peak extra MiB, or raises."""
-    def fwd():
-        with torch.no_grad():
-            run(q, k, v, causal)
-
-    out = run(q, k, v, causal)
-    def bwd():
-        torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
-
-    def fwd_bwd():
-        o = run(q, k, v, causal)
-        torch.autograd.grad(o, (q, k, v), dout)
-
-    t_fwd = median_ms(fwd, reps)
-    t_bwd = median_ms(bwd, reps)
-    t_all = median_ms(fwd_bwd, reps)
-    del out
+def peak_extra_mib(run, q, k, v, dout, causal):
+    """Peak memory of one fwd+bwd beyond what is allocated before it, in MiB."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    fwd_bwd()
+    o = run(q, k, v, causal)
+    torch.autograd.grad(o, (q, k, v), dout)
+    del o
     torch.cuda.synchronize()
-    peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    return t_fwd, t_bwd, t_all, peak
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def measure_row(runners, variants, q, k, v, dout, causal, reps):
+    """Times fwd, bwd and fwd+bwd of every runner and bwd of every variant on one shape, each kind
+    with all runners in alternation (interleaved_medians). Returns name -> entry (ms and MiB, or
+    {"error": message} for a runner that raised)."""
+    entries, fwd, bwd, fwd_bwd, outs = {}, {}, {}, {}, {}
+    for name, run in {**runners, **variants}.items():
+        try:
+            out = run(q, k, v, causal)
+            torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        except Exception as e:
+            entries[name] = {"error": str(e).splitlines()[0][:200]}
+            continue
+        outs[name] = out
+        bwd[name] = lambda out=out: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        if name in runners:
+            def fwd_only(run=run):
+                with torch.no_grad():
+                    run(q, k, v, causal)
+
+            def fwd_then_bwd(run=run):
+                torch.autograd.grad(run(q, k, v, causal), (q, k, v), dout)
+            fwd[name], fwd_bwd[name] = fwd_only, fwd_then_bwd
+    t_fwd = interleaved_medians(fwd, reps)
+    t_bwd = interleaved_medians(bwd, reps)
+    t_all = interleaved_medians(fwd_bwd, reps)
+    del outs, bwd
+    for name in t_bwd:
+        entries[name] = {"bwd_ms": t_bwd[name]}
+        if name in runners:
+            entries[name].update(fwd_ms=t_fwd[name], fwdbwd_ms=t_all[name],
+                                 peak_mib=peak_extra_mib(runners[name], q, k, v, dout, causal))
+    return entries
 
 
 def main():
@@ -160,20 +187,12 @@ def main():
             t.requires_grad_(True)
         flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
         row = {"dtype": dt, "dim": d, "seqlen": s, "batch": b, "heads": h, "causal": causal}
-        for name, run in runners.items():
-            try:
-                t_fwd, t_bwd, t_all, peak = measure(run, q, k, v, dout, causal, args.reps)
-                row[name] = {"fwd_ms": t_fwd, "bwd_ms": t_bwd, "fwdbwd_ms": t_all,
-                             "fwd_tflops": flops / t_fwd / 1e9, "bwd_tflops": 2.5 * flops / t_bwd / 1e9,
-                             "fwdbwd_tflops": 3.5 * flops / t_all / 1e9, "peak_mib": peak}
-            except Exception as e:
-                row[name] = {"error": str(e).splitlines()[0][:200]}
-        for name, run in variants.items():
-            try:
-                t_bwd = measure_bwd(run, q, k, v, dout, causal, args.reps)
-                row[name] = {"bwd_ms": t_bwd, "bwd_tflops": 2.5 * flops / t_bwd / 1e9}
-            except Exception as e:
-                row[name] = {"error": str(e).splitlines()[0][:200]}
+        for name, e in measure_row(runners, variants, q, k, v, dout, causal, args.reps).items():
+            if "bwd_ms" in e:
+                e["bwd_tflops"] = 2.5 * flops / e["bwd_ms"] / 1e9
+            if "fwd_ms" in e:
+                e.update(fwd_tflops=flops / e["fwd_ms"] / 1e9, fwdbwd_tflops=3.5 * flops / e["fwdbwd_ms"] / 1e9)
+            row[name] = e
         results.append(row)
         print(f"[{idx + 1}/{len(grid)}] {dt} D={d} S={s} causal={causal} "
               f"({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)

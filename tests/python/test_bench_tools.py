@@ -1,7 +1,7 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
 and table, bench/ncu_stalls.py's read of the per-instruction table, bench/plot_bench.py's
-sequence-length labels and per-backend colors, and bench/bwd_trace.py's read of the backward's
-per-block timeline."""
+sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
+per-block timeline, and bench/bench_attention.py's alternation of the backends it times."""
 import importlib.util
 import os
 import sys
@@ -157,3 +157,22 @@ def test_bwd_trace_phases_and_gaps(tmp_path):
     assert abs(ph["wg1_after_wg0"]["median_us"] - 1.0) < 1e-6
     assert abs(ph["gap"]["median_us"] - 3.0) < 1e-6
     assert abs(out["median_step_us"] - 2.0) < 1e-6
+
+
+def test_bench_attention_alternates_backends():
+    bench = load("bench_attention")
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    # A fake clock: each call of b "takes" 2 ms, of a 1, of c 3, except one slow outlier of c.
+    costs = {"a": [1.0] * 5, "b": [2.0] * 5, "c": [3.0, 3.0, 90.0, 3.0, 3.0]}
+    def timer(fn):
+        fn()
+        name = calls[-1]
+        return costs[name].pop(0)
+    medians = bench.interleaved_medians(fns, reps=5, warmup=2, timer=timer)
+    assert medians == {"a": 1.0, "b": 2.0, "c": 3.0}
+    # warm-up: each twice in turn; then rep r starts at the r-th callable and runs all three
+    assert calls[:6] == ["a", "a", "b", "b", "c", "c"]
+    timed = calls[6:]
+    assert [timed[3 * r:3 * r + 3] for r in range(5)] == [
+        ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"], ["b", "c", "a"]]
