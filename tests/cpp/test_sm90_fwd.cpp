@@ -389,7 +389,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Sm90Case{"d128_window", 1, 900, 900, 2, 2, 128, kFp16, true, kBR, 100, 0},
                       Sm90Case{"d64_window", 1, 513, 513, 4, 4, 64, kBf16, false, kBR, 64, 32},
                       Sm90Case{"d64_sq1", 3, 1, 4097, 2, 2, 64, kFp16, true, kBR, -1, -1},
-                      // rows that see no key: poly_exp2 gives their scores 2^-126, not 0
+                      // rows that see no key: out 0, lse -inf
                       Sm90Case{"d64_causal_br_empty_rows", 1, 1031, 257, 4, 1, 64, kFp16, true, kBR, -1, -1},
                       Sm90Case{"d256_causal_gqa", 1, 333, 555, 4, 2, 256, kBf16, true, kBR, -1, -1},
                       Sm90Case{"d256_tl", 1, 400, 191, 2, 1, 256, kFp16, true, kTL, -1, -1},

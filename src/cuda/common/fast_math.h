@@ -17,26 +17,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe, for the share of a softmax's exponentials that would otherwise queue on the
-// MUFU unit (16 results per clock per SM on Hopper, as many as the tensor cores' scores per clock
-// at head dim 64). x is rounded to j + f with f in [-1/2, 1/2] by the 1.5 * 2^23 shift, 2^f is a
-// degree-4 polynomial (relative error <= 2.9e-6 in fp32 arithmetic, a float64 fit; ex2.approx:
-// ~2^-22), and j is added into its exponent bits. x is first clamped to -126, so that the exponent
-// stays in range: an input below that, -inf included, gives a value <= 2^-126 instead of 0, which
-// no sum that includes its row max's 1 can tell apart (callers must not test a row sum for 0).
-__device__ __forceinline__ float poly_exp2(float x) {
-  constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: x + kShift has round(x) in its low bits
-  x = fmaxf(x, -126.0f);
-  const float shifted = x + kShift;
-  const float f = x - (shifted - kShift);
-  float p = fmaf(0.009582852944731712f, f, 0.055906426161527634f);
-  p = fmaf(p, f, 0.24024099111557007f);
-  p = fmaf(p, f, 0.6931241750717163f);
-  p = fmaf(p, f, 1.0f);
-  // round(x) << 23 is the shifted value's bits << 23: the shift's own bits all move out.
-  return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
-}
-
 // The online softmax's row statistics, shared by the sm80 and sm90 forwards, with every rounding
 // explicit: the backward recomputes P = exp2(s * scale_log2 - lse_log2) for the P the forward took
 // as exp2(s * scale_log2 - offset) / sum, and the two must agree to well under an fp16 ulp of P.

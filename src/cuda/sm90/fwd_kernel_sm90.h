@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       }
       cute::Tensor tOrO = cute::partition_fragment_C(mma_pv, cute::select<0, 1>(typename Traits::TileShapePV{}));
       constexpr int kRows = decltype(cute::size<0>(accumulator_rowcol(tOrO.layout())))::value;
-      OnlineSoftmax<kRows, Traits::kPolyExp2Every> softmax(params.scale);
+      OnlineSoftmax<kRows> softmax(params.scale);
       Mainloop::mma(params.mainloop, storage, tile, mask, thread_idx, warp_group - 1, pipe_base, q_round, tOrO,
                     softmax);
       Epilogue::store(params.epilogue, storage, tile, tOrO, softmax, thread_idx);

@@ -36,11 +36,6 @@ struct FwdTraits {
   // rescale of O) over more keys.
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "K tile: a multiple of wgmma's k (16), at most its n (256)");
-  // Every kPolyExp2Every-th score column of a thread takes its exp2 on the FMA pipe (poly_exp2,
-  // fast_math.h) instead of MUFU; 0: none. At D = 64 a tile's 2 * 64 multiply-adds per score keep
-  // the tensor cores busy as long as MUFU needs for its exp2 (16 per clock per SM), so a quarter
-  // moves to the FMA pipe, where the softmax's other 3-4 instructions per score leave room.
-  static constexpr int kPolyExp2Every = kHeadDim == 64 ? 4 : 0;
   // Two K and two V buffers: one being read by the tensor cores while TMA fills the other.
   // D = 256: Q 64 KB + K 64 KB + V 64 KB = 192 KB of the 227 KB a block may use.
   static constexpr int kStages = 2;

@@ -1,8 +1,7 @@
 // Online softmax of one consumer thread's rows of the S tile, in fp32 with exp2: scores are
 // scaled by softmax_scale * log2(e) inside one FFMA, so P = exp2(s * scale_log2 - max * scale_log2).
 // Row sums stay per-thread partial sums until finalize(); only the row max is reduced across the
-// four threads (a quad) that share a row in the wgmma accumulator layout. kPolyEvery > 0: every
-// kPolyEvery-th column of a thread takes poly_exp2 (FMA pipe) instead of MUFU's exp2.
+// four threads (a quad) that share a row in the wgmma accumulator layout.
 #pragma once
 #include <cmath>
 
@@ -12,7 +11,7 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template <int kRows, int kPolyEvery = 0>
+template <int kRows>
 struct OnlineSoftmax {
   // The four lanes of a quad hold the columns of the same rows.
   static constexpr int kQuadLanes = 4;
@@ -70,8 +69,7 @@ struct OnlineSoftmax {
       for (int i = 0; i < kChains; ++i) partial[i] = 0.0f;
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < kCols; ++c) {
-        const float x = fmaf(scores(r, c), scale_log2, -m_scaled);
-        const float p = (kPolyEvery > 0 && c % kPolyEvery == kPolyEvery - 1) ? poly_exp2(x) : fast_exp2(x);
+        const float p = fast_exp2(fmaf(scores(r, c), scale_log2, -m_scaled));
         scores(r, c) = p;
         partial[c % kChains] += p;
       }
@@ -94,13 +92,12 @@ struct OnlineSoftmax {
 
   // Final statistics: the factor 1 / rowsum that normalises the output (0 for a row that saw
   // no key, so its output is exactly 0) and lse = ln(sum_j exp(s_j)) in natural log (-inf for
-  // such a row). A row saw no key when its max is still -inf (its sum is 0 with MUFU's exp2, but
-  // poly_exp2 gives its masked scores 2^-126 each).
+  // such a row).
   __device__ __forceinline__ void finalize(float (&inv_sum)[kRows], float (&lse)[kRows]) const {
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float sum = quad_sum(row_sum[r]);
-      const bool empty = row_max[r] == -INFINITY;
+      const bool empty = sum == 0.0f;
       inv_sum[r] = empty ? 0.0f : 1.0f / sum;
       lse[r] = empty ? -INFINITY : lse_from_row_stats(row_max[r], scale_log2, sum);
     }
