@@ -9,10 +9,16 @@ case times the raw operators rep by rep in alternation (A B B A ...), each rep b
 CUDA events, and compares medians (guard_cost.py's method): separate processes drift by a few
 percent, as much as most changes under test. scripts/gpu_ab.sh builds both trees and runs this.
 
+Two settings of one build: give the same library as --a and --b and set what differs with
+--env-a / --env-b (NAME=VALUE, comma-separated), which are put into the environment before each of
+that side's operator calls (for settings the library reads per call, e.g. FLASHTRAIN_FWD_KEY_TILE).
+
 Usage:
   python3 bench/ab_builds.py --a build-ab-a/python/flashtrain/libflashtrain_torch.so \\
       --b build-ab-b/python/flashtrain/libflashtrain_torch.so [--labels main,branch] \\
       [--seqlens 1024,8192] [--dims 64,128] [--dtypes bf16] [--deterministic] [--reps 20] [--markdown FILE]
+  python3 bench/ab_builds.py --a LIB --b LIB --labels t128,long --env-a FLASHTRAIN_FWD_KEY_TILE=128 \
+      --env-b FLASHTRAIN_FWD_KEY_TILE=long --dims 64 --seqlens 2048,4096
 """
 import argparse
 import os
@@ -34,9 +40,35 @@ def parse_args():
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--deterministic", action="store_true", help="also time deterministic=True")
     ap.add_argument("--reps", type=int, default=20, help="timed forward+backward passes per build and case")
+    ap.add_argument("--env-a", default="", help="NAME=VALUE[,NAME=VALUE] set before each of A's operator calls")
+    ap.add_argument("--env-b", default="", help="NAME=VALUE[,NAME=VALUE] set before each of B's operator calls")
     ap.add_argument("--markdown", help="write the table to this markdown file")
     ap.add_argument("--json", help="write the timings to this JSON file")
     return ap.parse_args()
+
+
+class EnvOps:
+    """An operator namespace whose calls first put `env` into the environment."""
+
+    def __init__(self, ops, env):
+        self.ops, self.env = ops, env
+
+    def __getattr__(self, name):
+        op = getattr(self.ops, name)
+
+        def call(*args):
+            os.environ.update(self.env)
+            return op(*args)
+        return call
+
+
+def parse_env(text):
+    """{NAME: VALUE} from 'NAME=VALUE,NAME=VALUE' ('' gives {})."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    bad = [p[0] for p in pairs if len(p) != 2 or not p[0]]
+    if bad:
+        raise SystemExit(f"ab_builds: expected NAME=VALUE, got {bad[0]!r}")
+    return dict(pairs)
 
 
 def main():
@@ -46,12 +78,22 @@ def main():
         print("ab_builds: no CUDA device", file=sys.stderr)
         return 2
     label_a, label_b = args.labels.split(",")
-    for lib in (args.a, args.b):
+    env_a, env_b = parse_env(args.env_a), parse_env(args.env_b)
+    same = os.path.abspath(args.a) == os.path.abspath(args.b)
+    for lib in (args.a,) if same else (args.a, args.b):
         if not os.path.isfile(lib):
             print(f"ab_builds: no such library: {lib}", file=sys.stderr)
             return 2
         torch.ops.load_library(os.path.abspath(lib))
-    ops = {label_a: torch.ops.flashtrain, label_b: getattr(torch.ops, args.b_namespace)}
+    ops = {label_a: torch.ops.flashtrain, label_b: torch.ops.flashtrain if same else getattr(torch.ops, args.b_namespace)}
+    if same and env_a == env_b:
+        print("ab_builds: --a and --b are one library; set what differs with --env-a / --env-b", file=sys.stderr)
+        return 2
+    if (env_a or env_b) and set(env_a) != set(env_b):  # else one side's setting would stay for the other
+        print("ab_builds: --env-a and --env-b must name the same variables", file=sys.stderr)
+        return 2
+    if env_a or env_b:
+        ops = {label_a: EnvOps(ops[label_a], env_a), label_b: EnvOps(ops[label_b], env_b)}
     try:
         ops[label_b].fwd
     except (AttributeError, RuntimeError):

@@ -1,7 +1,8 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
 and table, bench/ncu_stalls.py's read of the per-instruction table, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
-per-block timeline, and bench/bench_attention.py's alternation of the backends it times."""
+per-block timeline, bench/bench_attention.py's alternation of the backends it times, and
+bench/ab_builds.py's per-side environment."""
 import importlib.util
 import os
 import sys
@@ -176,3 +177,27 @@ def test_bench_attention_alternates_backends():
     timed = calls[6:]
     assert [timed[3 * r:3 * r + 3] for r in range(5)] == [
         ["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"], ["b", "c", "a"]]
+
+
+def test_ab_builds_env_per_side(monkeypatch):
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        ab = load("ab_builds")
+    finally:
+        sys.path.pop(0)
+    assert ab.parse_env("") == {}
+    assert ab.parse_env("A=1,B=x=y") == {"A": "1", "B": "x=y"}
+    try:
+        ab.parse_env("A")
+        raise AssertionError("parse_env accepted 'A'")
+    except SystemExit as e:
+        assert "NAME=VALUE" in str(e)
+
+    class Ops:
+        def fwd(self, *args):
+            return os.environ["FT_AB_TEST"], args
+    monkeypatch.setenv("FT_AB_TEST", "unset")
+    a, b = ab.EnvOps(Ops(), {"FT_AB_TEST": "128"}), ab.EnvOps(Ops(), {"FT_AB_TEST": "long"})
+    assert a.fwd(1, 2) == ("128", (1, 2))
+    assert b.fwd() == ("long", ())
+    assert a.fwd()[0] == "128"
