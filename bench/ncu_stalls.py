@@ -6,15 +6,21 @@ reasons) and, with --regions, the share of samples that falls in each named rang
 indices (the index is the table row, as printed in the first column). A warp's samples are spread
 over time evenly, so a range's share is the share of the warps' time spent there.
 
+With --opcodes N: the N opcodes (first word of the instruction, predicate dropped) with the most
+executed warp instructions, with their stall samples; with --versus OTHER.sass.csv also the other
+kernel's counts and the difference, to see what one variant executes more of than another.
+
 Example (the sm90 backward's loop phases, indices read off the --top listing and the SASS):
   python3 bench/ncu_stalls.py OUT/bwd_kernel_sm90_s8192_d128_bf16_full.sass.csv --top 20 \\
       --regions 'S issue + dQ staging:1129-1280,softmax:1940-2040'
+  python3 bench/ncu_stalls.py OUT/bwd_..._bf16_full.sass.csv --opcodes 20 --versus OUT/bwd_..._fp16_full.sass.csv
 """
 import argparse
 import csv
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
 
 
 def read_table(path):
@@ -29,8 +35,27 @@ def read_table(path):
     table = []
     for r in data:
         by_reason = {h[len("stall_"):]: int(r[col[h]] or 0) for h in reasons}
-        table.append((r[col["Source"]].strip(), int(r[col[SAMPLES]] or 0), by_reason))
+        executed = int(float(r[col[EXECUTED]] or 0)) if EXECUTED in col else 0
+        table.append((r[col["Source"]].strip(), int(r[col[SAMPLES]] or 0), by_reason, executed))
     return table
+
+
+def opcode(src):
+    """The opcode of an instruction without its predicate or modifiers: '@!P0 BRA 0x..' -> 'BRA'."""
+    words = src.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else "?"
+
+
+def by_opcode(table):
+    """{opcode: [executed warp instructions, stall samples]}."""
+    totals = {}
+    for src, samples, _, executed in table:
+        t = totals.setdefault(opcode(src), [0, 0])
+        t[0] += executed
+        t[1] += samples
+    return totals
 
 
 def parse_regions(spec):
@@ -50,14 +75,16 @@ def main():
     ap.add_argument("table", help="a .sass.csv written by bench/ncu_kernels.sh")
     ap.add_argument("--top", type=int, default=25, help="how many instructions to list (default 25)")
     ap.add_argument("--regions", help="NAME:FIRST-LAST,... instruction index ranges (inclusive) to total")
+    ap.add_argument("--opcodes", type=int, default=0, help="list this many opcodes by executed instructions")
+    ap.add_argument("--versus", help="with --opcodes: a second .sass.csv to compare against")
     args = ap.parse_args()
 
     table = read_table(args.table)
-    total = sum(s for _, s, _ in table) or 1
+    total = sum(t[1] for t in table) or 1
     print(f"# {total} stall samples; index, share, leading reasons (share of the instruction's samples), instruction")
     ranked = sorted(range(len(table)), key=lambda i: -table[i][1])[:args.top]
     for i in ranked:
-        src, s, by_reason = table[i]
+        src, s, by_reason, _ = table[i]
         # Samples the table gives no reason for (on a wgmma: waiting for the tensor cores to take it).
         by_reason = dict(by_reason, unattributed=max(0, s - sum(by_reason.values())))
         lead = sorted(by_reason.items(), key=lambda kv: -kv[1])[:2]
@@ -68,6 +95,26 @@ def main():
         for name, lo, hi in parse_regions(args.regions):
             s = sum(t[1] for t in table[lo:hi + 1])
             print(f"{name:32s} {lo:5d}-{hi:<5d} {100 * s / total:5.1f}%")
+    if args.opcodes:
+        print_opcodes(table, read_table(args.versus) if args.versus else None, args.opcodes)
+
+
+def print_opcodes(table, other, n):
+    mine = by_opcode(table)
+    theirs = by_opcode(other) if other is not None else {}
+    e_total = sum(v[0] for v in mine.values())
+    head = "# opcode, executed warp instructions, stall samples"
+    if other is not None:
+        o_total = sum(v[0] for v in theirs.values())
+        head += f"; then the --versus table's and this minus it (all: {e_total} - {o_total} = {e_total - o_total})"
+    print(head)
+    for op in sorted(mine, key=lambda o: -mine[o][0])[:n]:
+        e, s = mine[op]
+        line = f"{op:14s} {e:>12d} {s:>9d}"
+        if other is not None:
+            oe, os_ = theirs.get(op, [0, 0])
+            line += f"   {oe:>12d} {os_:>9d}   {e - oe:>+12d} {s - os_:>+9d}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -67,10 +67,10 @@ def test_ncu_summary_writes_table(tmp_path, capsys):
 # The per-instruction table in the shape `ncu --page source --print-source sass --csv` writes it
 # (two header rows, then one row per instruction; only the columns ncu_stalls.py reads).
 SASS_CSV = """"Kernel Name","bwd_kernel_sm90"
-"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb","stall_barrier (Not Issued)"
-"0x10","      HGMMA.64x64x16.F32.BF16 R184, gdesc[UR16], RZ, !UPT","50","0","0","0"
-"0x20","      BAR.SYNC.DEFER_BLOCKING 0x0","30","27","0","27"
-"0x30","      FENCE.VIEW.ASYNC.S","20","0","20","0"
+"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb","stall_barrier (Not Issued)","Instructions Executed"
+"0x10","      HGMMA.64x64x16.F32.BF16 R184, gdesc[UR16], RZ, !UPT","50","0","0","0","64"
+"0x20","      BAR.SYNC.DEFER_BLOCKING 0x0","30","27","0","27","8"
+"0x30","      FENCE.VIEW.ASYNC.S","20","0","20","0","8"
 """
 
 
@@ -89,6 +89,26 @@ def test_ncu_stalls_ranks_and_totals(tmp_path, capsys):
     assert lines[1].split()[:3] == ["0", "50.0%", "unattributed"]
     assert lines[2].split()[:4] == ["1", "30.0%", "barrier", "90%,"]
     assert len(lines) == 5 and lines[4].split() == ["sync", "1-2", "50.0%"]
+
+
+def test_ncu_stalls_opcodes_versus(tmp_path, capsys):
+    ncu_stalls = load("ncu_stalls")
+    (tmp_path / "a.sass.csv").write_text(SASS_CSV)
+    # The other variant: one more predicated HGMMA line, no fence.
+    other = SASS_CSV.replace('"0x30","      FENCE.VIEW.ASYNC.S","20","0","20","0","8"',
+                             '"0x30","      @!P0 HGMMA.64x64x16.F32.BF16 R0, gdesc[UR4], RZ","5","0","0","0","16"')
+    (tmp_path / "b.sass.csv").write_text(other)
+    argv, sys.argv = sys.argv, ["ncu_stalls.py", str(tmp_path / "a.sass.csv"), "--top", "0",
+                                "--opcodes", "3", "--versus", str(tmp_path / "b.sass.csv")]
+    try:
+        ncu_stalls.main()
+    finally:
+        sys.argv = argv
+    lines = capsys.readouterr().out.splitlines()
+    assert "(all: 80 - 88 = -8)" in lines[1]
+    assert lines[2].split() == ["HGMMA", "64", "50", "80", "55", "-16", "-5"]
+    assert lines[3].split()[:3] in (["BAR", "8", "30"], ["FENCE", "8", "20"])
+    assert len(lines) == 5
 
 
 def test_plot_labels():
