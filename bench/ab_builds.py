@@ -110,9 +110,9 @@ def main():
         b, h = max(1, TOKENS // s), HIDDEN // d
         gen = torch.Generator(device="cuda").manual_seed(idx)
         q, k, v, dout = (torch.randn((b, s, h, d), device="cuda", dtype=dtypes[dt], generator=gen) for _ in range(4))
-        ms = time_case(torch, ops, q, k, v, dout, causal, args.reps, deterministic=det)
+        ms = time_case(ops, q, k, v, dout, causal, args.reps, deterministic=det)
         if (dt, d, s, causal) not in fwd_cache:
-            fwd_cache[dt, d, s, causal] = time_case(torch, ops, q, k, v, dout, causal, args.reps, step=fwd_only)
+            fwd_cache[dt, d, s, causal] = time_case(ops, q, k, v, dout, causal, args.reps, step=fwd_only)
         fwd_ms = fwd_cache[dt, d, s, causal]
         bwd = (ms[label_a] - fwd_ms[label_a]) / (ms[label_b] - fwd_ms[label_b])
         # Forward 4 B S^2 H D flops (2 GEMMs), backward 2.5x that; causal half.

@@ -23,6 +23,8 @@ import time
 
 import torch
 
+from timing import interleaved_medians
+
 TOKENS = 16384
 HIDDEN = 2048
 
@@ -48,34 +50,6 @@ def parse_args():
     if args.quick:
         args.seqlens, args.dims, args.dtypes = "2048,8192", "64,128", "bf16"
     return args
-
-
-def time_ms(fn):
-    """One call of fn between its own CUDA events, in ms."""
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end)
-
-
-def interleaved_medians(fns, reps, warmup=3, timer=time_ms):
-    """Median ms of each of fns (name -> callable), timed in alternation: rep r runs every callable
-    once, starting from the r-th (so no callable always follows the same one). Timing them one
-    after the other instead lets the GPU's clocks drift between them by a few percent, as much as
-    the differences the table's ratios show."""
-    names = list(fns)
-    for name in names:
-        for _ in range(warmup):
-            fns[name]()
-    times = {name: [] for name in names}
-    for r in range(reps):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            times[name].append(timer(fns[name]))
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def sdpa_runner(backend):

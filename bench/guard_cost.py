@@ -26,6 +26,7 @@ import sys
 import time
 
 from profile_kernels import kernel_times
+from timing import interleaved_medians
 
 BAR = 0.98
 TOKENS, HIDDEN = 16384, 2048  # bench_attention.py's grid: B * S and H * D
@@ -84,24 +85,12 @@ def fwd_only(ops, q, k, v, dout, causal, deterministic=False):
     return ops.fwd(q, k, v, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None)
 
 
-def time_case(torch, ops, q, k, v, dout, causal, reps, deterministic=False, step=fwd_bwd):
+def time_case(ops, q, k, v, dout, causal, reps, deterministic=False, step=fwd_bwd):
     """Median ms of `step` (forward+backward by default) per build ({tag: torch.ops namespace}),
-    two builds alternating rep by rep (ABBA order). Also used by ab_builds.py."""
-    tags = tuple(ops)
-    for tag in tags:  # warm-up: first-call costs (workspace, occupancy queries) out of the timing
-        for _ in range(3):
-            step(ops[tag], q, k, v, dout, causal, deterministic)
-    times = {tag: [] for tag in tags}
-    for rep in range(reps):
-        order = tags if rep % 2 == 0 else tags[::-1]
-        for tag in order:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step(ops[tag], q, k, v, dout, causal, deterministic)
-            end.record()
-            end.synchronize()
-            times[tag].append(start.elapsed_time(end))
-    return {tag: sorted(t)[len(t) // 2] for tag, t in times.items()}
+    the builds alternating rep by rep (A B, B A, ...: timing.interleaved_medians). Also used by
+    ab_builds.py."""
+    fns = {tag: (lambda ns=ns: step(ns, q, k, v, dout, causal, deterministic)) for tag, ns in ops.items()}
+    return interleaved_medians(fns, reps)
 
 
 def kernel_time(torch, ns, q, k, v, dout, causal, passes):
@@ -133,7 +122,7 @@ def main():
         b, h = max(1, TOKENS // s), HIDDEN // d
         gen = torch.Generator(device="cuda").manual_seed(idx)
         q, k, v, dout = (torch.randn((b, s, h, d), device="cuda", dtype=dtypes[dt], generator=gen) for _ in range(4))
-        ms = time_case(torch, ops, q, k, v, dout, causal, args.reps)
+        ms = time_case(ops, q, k, v, dout, causal, args.reps)
         row = {"dtype": dt, "dim": d, "seqlen": s, "causal": causal, "batch": b, "heads": h,
                "guarded_ms": ms["guarded"], "unguarded_ms": ms["unguarded"]}
         if s == min(seqlens):

@@ -1,7 +1,7 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
 and table, bench/ncu_stalls.py's read of the per-instruction table, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
-per-block timeline, bench/bench_attention.py's alternation of the backends it times, and
+per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
 bench/ab_builds.py's per-side environment."""
 import importlib.util
 import os
@@ -180,8 +180,8 @@ def test_bwd_trace_phases_and_gaps(tmp_path):
     assert abs(out["median_step_us"] - 2.0) < 1e-6
 
 
-def test_bench_attention_alternates_backends():
-    bench = load("bench_attention")
+def test_timing_alternates_callables():
+    bench = load("timing")
     calls = []
     fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
     # A fake clock: each call of b "takes" 2 ms, of a 1, of c 3, except one slow outlier of c.

@@ -227,14 +227,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
     ClusterBarrier::arrive(&s.dq_full);
   };
-  auto stage_dq = [&](int step) {
+  // `publish`: hand the tile over right away (false: the loop's late hand-over does).
+  auto stage_dq = [&](int step, bool publish) {
     // The dQ warp's reductions of the step before have read the staging tile.
     if (step > 0) ClusterBarrier::wait(&s.dq_empty, static_cast<uint32_t>((step - 1) & 1));
     store_dq_staging<Traits>(dq_smem, dq, mma_tid);
-    if constexpr (!kLatePublish) publish_dq();
-  };
-  auto late_publish_dq = [&]() {
-    if constexpr (kLatePublish) publish_dq();
+    if (publish) publish_dq();
   };
 
   // kLag (the default backward): step t's dQ GEMM is dQ(t - 1), on dS buffer (t - 1) % 2, which both
@@ -288,7 +286,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::wait(&s.qdo_full[stage], stage_parity);
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
-    if (step >= kStageDelay) stage_dq(step - kStageDelay);
+    if (step >= kStageDelay) stage_dq(step - kStageDelay, !kLatePublish);
     Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
     // Row statistics of this thread's query columns, read from shared memory where they are used
@@ -303,7 +301,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
     warpgroup_wait<1>();  // S^T landed; dP^T may still be in flight
     warpgroup_fence_operand(tSrS);
-    if (step >= kStageDelay) late_publish_dq();
+    if (kLatePublish && step >= kStageDelay) publish_dq();
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
     const float scale_log2 = p.scale_log2;
     if (interior) {
@@ -377,20 +375,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     pos = walk.next(pos);
   }
   bwd_trace_phase(kp.trace, mma_tid, kPhaseLoopEnd);
-  if (kLag && num_steps > 1) {
-    stage_dq(num_steps - 2);
-    late_publish_dq();
-  }
+  if (kLag && num_steps > 1) stage_dq(num_steps - 2, true);
   if (kLag && num_steps > 0) {
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     issue_dq(num_steps - 1, false, acc_dq);
     retire_all(acc_dq);
     scale_dq_rows<Traits>(dq, acc_dq, row_factors(num_steps - 1));
   }
-  if (num_steps > 0) {
-    stage_dq(num_steps - 1);
-    late_publish_dq();
-  }
+  if (num_steps > 0) stage_dq(num_steps - 1, true);
   bwd_trace_phase(kp.trace, mma_tid, kPhaseTail);
 
   // ---- dK and dV, staged in V's shared memory. Each warpgroup's last dP GEMM, the last reader of
