@@ -55,45 +55,68 @@ __device__ __forceinline__ cute::array<float, 2 * Traits::kBlockM / 64> dq_row_f
   return f;
 }
 
-// The consumer warpgroups (tid: 0 .. kNumMmaThreads - 1), once K and V have landed: K * 2^eK into
-// the fp16 copy k_dq (same layout as k), made visible to wgmma, with eK from the tile's max |K|;
-// returns the tile's max |V| and eK. `scratch` holds 2 floats per consumer warp. Rows past the
-// sequence are TMA's zeros.
-template <class Traits>
-__device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element* k, const typename Traits::Element* v,
-                                                 cutlass::half_t* k_dq, float* scratch, int tid, float& v_max,
-                                                 int& k_exp) {
-  constexpr int kVecs = Traits::kBlockN * Traits::kHeadDim / 8;  // 16-byte vectors of 8 values
-  constexpr int kThreads = Traits::kNumMmaThreads;
-  constexpr int kWarps = kThreads / 32;
+// f(i) for this thread's 16-byte vectors i of a K / V tile shared by kThreads threads: unrolled
+// whole by the consumers (8 or 4 trips), by 2 in the statistics warps (24 registers).
+template <class Traits, int kThreads, class F>
+__device__ __forceinline__ void for_each_tile_vector(int thread, F&& f) {
+  constexpr int kVecs = Traits::kBlockN * Traits::kHeadDim / 8;
   static_assert(kVecs % kThreads == 0, "whole vectors per thread");
+  if constexpr (kThreads == Traits::kNumMmaThreads) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = thread; i < kVecs; i += kThreads) f(i);
+  } else {
+#pragma unroll 2
+    for (int i = thread; i < kVecs; i += kThreads) f(i);
+  }
+}
+
+// Who makes K's fp16 copy and the tile's maxima: the consumer warpgroups in their prologue, before
+// their first step, or (kStatsCopyK) the producer's statistics warps while the consumers run their
+// first step, whose dQ GEMM (a step later) is the first reader of the copy. H200, run 20 call 3:
+// from the statistics warps, the D = 64 default backward ran 2-8% faster at S >= 4k (the
+// consumers' 36 bytes of spills in the loop went away with the prologue's code), the deterministic
+// one (which reads the copy in step 0) up to 3% slower, and D = 128 12-14% slower for reasons not
+// found (its loop's code barely changed): those keep the prologue.
+template <class Traits, bool kDeterministic>
+constexpr bool stats_copy_k() {
+  return Traits::kScaledDs && Traits::kHeadDim == 64 && !kDeterministic;
+}
+
+// bf16 -> fp32 is a 16-bit shift: the low value of a word is bits << 16, the high one its top.
+__device__ __forceinline__ float bf16_low(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_high(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// kThreads threads (thread: 0 .. kThreads - 1; the consumers or the statistics warps), once K and
+// V have landed: the tile's max |K| and max |V| (rows past the sequence are TMA's zeros), reduced
+// through `scratch` (2 floats per warp) and named barrier kBarrier. Returns max |V| and eK, the
+// exponent of K's fp16 copy.
+template <class Traits, int kThreads, BwdBarrier kBarrier>
+__device__ __forceinline__ void tile_abs_maxima(const typename Traits::Element* k, const typename Traits::Element* v,
+                                                float* scratch, int thread, float& v_max, int& k_exp) {
+  constexpr int kWarps = kThreads / 32;
   const uint4* k4 = reinterpret_cast<const uint4*>(k);
   const uint4* v4 = reinterpret_cast<const uint4*>(v);
-  // bf16 -> fp32 is a 16-bit shift: the low value of a word is bits << 16, the high one its top.
-  auto low = [](uint32_t w) { return __uint_as_float(w << 16); };
-  auto high = [](uint32_t w) { return __uint_as_float(w & 0xffff0000u); };
   auto abs_max8 = [&](uint4 x, float m) {
     const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(low(w[i])), fabsf(high(w[i]))));
+    for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(bf16_low(w[i])), fabsf(bf16_high(w[i]))));
     return m;
   };
   float km = 0.0f, vm = 0.0f;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = tid; i < kVecs; i += kThreads) {
+  for_each_tile_vector<Traits, kThreads>(thread, [&](int i) {
     km = abs_max8(k4[i], km);
     vm = abs_max8(v4[i], vm);
-  }
+  });
   CUTLASS_PRAGMA_UNROLL
   for (int width = 16; width > 0; width /= 2) {
     km = fmaxf(km, __shfl_xor_sync(0xffffffffu, km, width));
     vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, width));
   }
-  if (tid % 32 == 0) {
-    scratch[tid / 32] = km;
-    scratch[kWarps + tid / 32] = vm;
+  if (thread % 32 == 0) {
+    scratch[thread / 32] = km;
+    scratch[kWarps + thread / 32] = vm;
   }
-  cutlass::arch::NamedBarrier::sync(kThreads, static_cast<uint32_t>(BwdBarrier::kPrologue));
+  cutlass::arch::NamedBarrier::sync(kThreads, static_cast<uint32_t>(kBarrier));
   CUTLASS_PRAGMA_UNROLL
   for (int w = 0; w < kWarps; ++w) {
     km = fmaxf(km, scratch[w]);
@@ -101,20 +124,26 @@ __device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element*
   }
   v_max = vm;
   k_exp = min(max(kDqOperandLog2Max - exponent_above(km), -100), 100);
-  const float g = exact_pow2(k_exp);
+}
+
+// kThreads threads: K * 2^eK into the fp16 copy k_dq (same layout as k), made visible to wgmma.
+template <class Traits, int kThreads>
+__device__ __forceinline__ void convert_k_for_dq(const typename Traits::Element* k, cutlass::half_t* k_dq, int k_exp,
+                                                 int thread) {
+  const uint4* k4 = reinterpret_cast<const uint4*>(k);
   uint4* kdq4 = reinterpret_cast<uint4*>(k_dq);
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = tid; i < kVecs; i += kThreads) {
+  const float g = exact_pow2(k_exp);
+  for_each_tile_vector<Traits, kThreads>(thread, [&](int i) {
     const uint4 x = k4[i];
     const uint32_t w[4] = {x.x, x.y, x.z, x.w};
     uint32_t h[4];
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < 4; ++j) {
-      const __half2 pair = __floats2half2_rn(low(w[j]) * g, high(w[j]) * g);
+      const __half2 pair = __floats2half2_rn(bf16_low(w[j]) * g, bf16_high(w[j]) * g);
       h[j] = *reinterpret_cast<const uint32_t*>(&pair);
     }
     kdq4[i] = make_uint4(h[0], h[1], h[2], h[3]);
-  }
+  });
   cutlass::arch::fence_view_async_shared();  // the copy is read by wgmma (async proxy)
 }
 

@@ -65,6 +65,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStages = Traits::kStages;
+  constexpr bool kStatsCopyK = stats_copy_k<Traits, kDeterministic>();  // bwd_ds_scale_sm90.h
   using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
   static_assert(kStages == 2, "a stage is refilled for the step two ahead (next_pos twice)");
   static_assert(Traits::kStagesdS == 2, "dS buffers alternate by step parity");
@@ -114,6 +115,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ClusterBarrier::init(&s.ds_empty[i], Traits::kNumMmaThreads);
     }
     ClusterBarrier::init(&s.stagger, 1);
+    if constexpr (kStatsCopyK) ClusterBarrier::init(&s.kdq_ready, Traits::kStatsThreads);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -125,7 +127,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     } else if (warp == 1) {
       if (tid % 32 == 0) bwd_write_dq<Traits, kDeterministic>(kp, s, walk, mask, geo, b, n_block);
     } else {
-      bwd_fetch_stats<Traits>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
+      bwd_fetch_stats<Traits, kStatsCopyK>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
     }
     return;
   }
@@ -161,12 +163,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   if (num_steps > 0) {
     ClusterBarrier::wait(&s.kv_full, 0);
     bwd_trace_phase(kp.trace, mma_tid, kPhaseKv);
-    if constexpr (Traits::kScaledDs) {
+    if constexpr (Traits::kScaledDs && !kStatsCopyK) {
       // bf16: the fp16 copy of K for dQ, and for the statistics warps the tile's max |V| (for s_i)
       // and the part of dQ's row factors common to all rows.
       float v_max = 0.0f;
       int k_exp = 0;
-      convert_k_for_dq<Traits>(s.k.data(), s.v.data(), s.k_dq.data(), s.scratch, mma_tid, v_max, k_exp);
+      constexpr int kThreads = Traits::kNumMmaThreads;
+      tile_abs_maxima<Traits, kThreads, BwdBarrier::kPrologue>(s.k.data(), s.v.data(), s.scratch, mma_tid, v_max, k_exp);
+      convert_k_for_dq<Traits, kThreads>(s.k.data(), s.k_dq.data(), k_exp, mma_tid);
       if (mma_tid == 0) {
         s.v_max = v_max;
         s.dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
@@ -248,6 +252,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // read-only bytes, and its result is dropped: with the GEMM behind a branch ptxas serialised
   // every wgmma of the loop (C7515).
   auto issue_dq = [&](int t, bool drop, auto& acc_dq) {
+    if (kStatsCopyK && t == 0 && !drop) ClusterBarrier::wait(&s.kdq_ready, 0);  // K's fp16 copy
     if (!drop) ClusterBarrier::wait(&s.ds_full[t % 2], static_cast<uint32_t>((t / 2) & 1));
     wgmma_gemm<true, -1>(mma_dq, drop ? tdQrNone(_, _, _, 0) : tdQrdS(_, _, _, t % 2), tdQrKt, acc_dq);
   };

@@ -156,7 +156,7 @@ struct BwdTraits {
     // step's stage is released; kDeterministic: in step t): a slot is rewritten for step t + 3, once
     // step t + 1's stage is released.
     float dq_factor[kScaledDs ? 3 : 1][kBlockM];
-    float scratch[2 * kNumMmaThreads / 32];  // the consumers' prologue reductions
+    float scratch[2 * kNumMmaThreads / 32];  // the reduction of K's and V's maxima (bwd_ds_scale_sm90.h)
     float v_max;                             // kScaledDs: the tile's max |V|
     float dq_scale;                          // the dQ staging's factor before 1 / s_i: scale (* 2^-eK)
     // mbarriers, each thread of a role arriving for itself. A stage (Q, dO and their row
@@ -169,24 +169,26 @@ struct BwdTraits {
     uint64_t stage_empty[kStages];
     uint64_t dq_full;
     uint64_t dq_empty;
-    uint64_t vmax_ready;  // kScaledDs: s.v_max and s.dq_scale set
+    uint64_t vmax_ready;  // kScaledDs, the consumers' copy: s.v_max and s.dq_scale set
     // A dS buffer is full when every consumer thread has written its keys' part, empty when every
     // consumer thread's dQ GEMM reading it has retired.
     uint64_t ds_full[kStagesdS];
     uint64_t ds_empty[kStagesdS];
     uint64_t stagger;  // the second consumer starts once the first has issued its first dV GEMM
+    uint64_t kdq_ready;  // stats_copy_k: K's fp16 copy k_dq written, by every statistics thread
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");
 };
 
-// Named barriers of the consumer warpgroups (ids after CUTLASS's reserved ones).
+// Named barriers of the backward (ids after CUTLASS's reserved ones).
 enum class BwdBarrier : uint32_t {
   kDsWritten = 0,  // kDeterministic: both consumers' dS of the step in shared memory
   kPrologue = 1,   // the consumers' block reductions of K's and V's maxima
   kEpilogue0 = 2,  // + w: warpgroup w's dK / dV staging written / read (bwd_epilogue_sm90.h)
   kEpilogue1 = 3,
   kTileDone = 4,   // both consumers' wgmmas retired (a one-step tile's epilogue)
+  kStatsMaxima = 5,  // stats_copy_k: the statistics warps' reduction of K's and V's maxima
 };
 
 }  // namespace flashtrain::cuda::sm90

@@ -67,9 +67,11 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp
 
 // The statistics warps (thread 0 .. kStatsThreads - 1): each step's lse * log2e and D of its rows
 // into its stage (bf16 inputs: also s_i, bwd_ds_scale_sm90.h, and into their slot dQ's row factors);
-// rows past the sequence get lse = +inf (so P = 0), D = 0 and s_i = 1. bf16: s_i needs the tile's max |V|, which the consumers publish
-// through vmax_ready.
-template <class Traits>
+// rows past the sequence get lse = +inf (so P = 0), D = 0 and s_i = 1. bf16: s_i needs the tile's
+// max |V|, which the consumers publish through vmax_ready, or with kStatsCopyK (bwd_ds_scale_sm90.h)
+// these warps find themselves; they then make K's fp16 copy once step 0's statistics are out, and
+// announce it by kdq_ready.
+template <class Traits, bool kStatsCopyK>
 __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const sm80::SeqGeometry& geo,
                                                 typename Traits::SharedStorage& s, const BwdWalk& walk,
                                                 int thread) {
@@ -78,6 +80,7 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
   constexpr int kRowsPerThread = kBlockM / Traits::kStatsThreads;
   static_assert(kBlockM % Traits::kStatsThreads == 0, "whole rows per statistics thread");
   float v_max = 0.0f, dq_scale = 0.0f;
+  int k_exp = 0;
   DqWalkPos pos = walk.first;
   for (int step = 0; step < walk.num_steps; ++step) {
     const int stage = step % Traits::kStages;
@@ -93,10 +96,17 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
       dsum[i] = inside ? p.dsum[first + row] : 0.0f;
       if constexpr (Traits::kScaledDs) f[i] = inside ? p.do_scale[first + row] : 1.0f;
     }
-    if (Traits::kScaledDs && step == 0) {
-      ClusterBarrier::wait(&s.vmax_ready, 0);
-      v_max = s.v_max;
-      dq_scale = s.dq_scale;
+    if (Traits::kScaledDs && step == 0) {  // while the loads above are in flight
+      if constexpr (kStatsCopyK) {
+        ClusterBarrier::wait(&s.kv_full, 0);
+        tile_abs_maxima<Traits, Traits::kStatsThreads, BwdBarrier::kStatsMaxima>(s.k.data(), s.v.data(), s.scratch,
+                                                                               thread, v_max, k_exp);
+        dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
+      } else {
+        ClusterBarrier::wait(&s.vmax_ready, 0);
+        v_max = s.v_max;
+        dq_scale = s.dq_scale;
+      }
     }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRowsPerThread; ++i) {
@@ -110,6 +120,12 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
       }
     }
     ClusterBarrier::arrive(&s.stats_full[stage]);
+    if constexpr (kStatsCopyK) {
+      if (step == 0) {
+        convert_k_for_dq<Traits, Traits::kStatsThreads>(s.k.data(), s.k_dq.data(), k_exp, thread);
+        ClusterBarrier::arrive(&s.kdq_ready);
+      }
+    }
     pos = walk.next(pos);
   }
 }
