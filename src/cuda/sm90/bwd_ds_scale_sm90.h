@@ -72,11 +72,11 @@ __device__ __forceinline__ void for_each_tile_vector(int thread, F&& f) {
 
 // Who makes K's fp16 copy and the tile's maxima: the consumer warpgroups in their prologue, before
 // their first step, or (kStatsCopyK) the producer's statistics warps while the consumers run their
-// first step, whose dQ GEMM (a step later) is the first reader of the copy. H200, run 20 call 3:
-// from the statistics warps, the D = 64 default backward ran 2-8% faster at S >= 4k (the
-// consumers' 36 bytes of spills in the loop went away with the prologue's code), the deterministic
-// one (which reads the copy in step 0) up to 3% slower, and D = 128 12-14% slower for reasons not
-// found (its loop's code barely changed): those keep the prologue.
+// first step, whose dQ GEMM (a step later) is the first reader of the copy. H200, run 20: from the
+// statistics warps, the D = 64 default backward ran 2.5-3% faster at S 4k and 6.5-8% at 16k (call
+// 4; the consumers' 36 bytes of spills in the loop went away with the prologue's code), while in
+// call 3 the deterministic kernels (which read the copy in step 0) ran up to 3% slower and D = 128
+// 12-14% slower, for reasons not found (its loop's code barely changed): those keep the prologue.
 template <class Traits, bool kDeterministic>
 constexpr bool stats_copy_k() {
   return Traits::kScaledDs && Traits::kHeadDim == 64 && !kDeterministic;
