@@ -3,9 +3,17 @@
 set -euo pipefail
 R=bench/results
 python3 bench/make_results.py --gpu "NVIDIA H200" --date 2026-12-04 \
- --commit "4473c5c (run 19 grid; the kernels on main); older sections marked" \
- --command "bash bench/results/2026-12-04_run19/make_results.sh; the runs: bench/results/2026-12-04_run19/about.txt (run18, run17, run16, run15, run14, run13, run12, run7 about.txt for the older sections)" \
+ --commit "4473c5c (run 19 grid; the kernels on main but the D 64 default bf16 backward, 2.5-8% faster at S >= 4k since 18cc97c by run 20 call 4); older sections marked" \
+ --command "bash bench/results/2026-12-04_run20/make_results.sh; the runs: bench/results/2026-12-04_run20/about.txt and 2026-12-04_run19/about.txt (run18, run17, run16, run15, run14, run13, run12, run7 about.txt for the older sections)" \
  --section "Attention fwd and bwd against torch SDPA flash (FlashAttention-2) and cuDNN, full grid, run 19 at 4473c5c, every backend and flashtrain's deterministic and precision \"high\" backward timed in alternation rep by rep (bench_attention.py since 964d9a3), D 256 not built in this run (plot: results/2026-12-04_run19/bench.png)=$R/2026-12-04_run19/bench.md" \
+ --section "D 64 default bf16 backward takes K's fp16 copy and the tile maxima from the statistics warps (18cc97c) against main ce3bcbd, run 20 call 4; D 128 and deterministic rows are null checks (speed columns base / this: below 1 means this is faster)=$R/2026-12-04_run20/ab_call4_d64_stats_kcopy_over_main.md" \
+ --section "Not landed: dK / dV written before the last dQ, and the bf16 K copy from the statistics warps on every kernel (c96b65c) against main, run 20 call 3 (the D 64 default part landed in 18cc97c; D 128 bf16 ran 12-14% slower; below 1 means this is faster)=$R/2026-12-04_run20/ab_call3_tail_kcopy_over_main.md" \
+ --section "Not landed: the D 128 default backward with dK in flight across the step boundary against ce3bcbd, run 20 call 1 (below 1 means this is faster)=$R/2026-12-04_run20/ab_call1_dk_in_flight_over_main.md" \
+ --section "bf16 against fp16, D 128 backward at S 4k causal: what limits each, bench/ncu_kernels.sh, run 20 call 2 at ce3bcbd=$R/2026-12-04_run20/ncu_summary_bwd_d128_4k_causal_call2.md" \
+ --section "bf16 against fp16, D 128 backward at S 4k causal: executed instructions by opcode (bench/ncu_stalls.py --opcodes --versus), run 20 call 2=$R/2026-12-04_run20/ncu_bwd_d128_s4096_causal_opcodes_bf16_vs_fp16_call2.txt" \
+ --section "Per-block timeline of the bf16 D 128 backward at S 4k causal (bench/bwd_trace.py), run 20 call 2=$R/2026-12-04_run20/bwd_trace_call2_bf16_4096causal.txt" \
+ --section "The same timeline in fp16=$R/2026-12-04_run20/bwd_trace_call2_fp16_4096causal.txt" \
+ --section "End-to-end Llama (4 layers, 7B dims) on the not-landed dK-in-flight kernel (2.5-9% slower D 128 backward), run 20 call 1: how little the e2e run resolves=$R/2026-12-04_run20/e2e_paired_call1_dk_in_flight.md" \
  --section "D 64 backward hands the staged dQ over after the S^T wait, and D 64 forward 192-key tiles without a mask (the tree of 532b0d0, with the later hand-over at D 128 too, which 532b0d0 dropped) against 0023b48, run 19 call 1 (speed columns base / this: below 1 means this is faster)=$R/2026-12-04_run19/ab_call1_late_dq_d64_tile192_over_0023b48.md" \
  --section "D 64 forward 192-key tiles against 128-key tiles at 2k / 4k, one build, FLASHTRAIN_FWD_KEY_TILE per side (ab_builds.py --env-a / --env-b), run 19 call 3 at 4473c5c (forward speed column: above 1 means 192-key tiles are faster; causal rows run 128-key tiles on both sides)=$R/2026-12-04_run19/ab_call3_keytile_d64_192_over_128.md" \
  --section "A quarter of the D 64 forward's exp2 by polynomial on the FMA pipe (964d9a3, reverted in 0dc5294) against 532b0d0, run 19 call 2 (speed columns base / this: below 1 means this is faster)=$R/2026-12-04_run19/ab_call2_poly_exp2_d64_over_532b0d0.md" \
