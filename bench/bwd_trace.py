@@ -9,9 +9,9 @@ FLASHTRAIN_BWD_TRACE=FILE, which each backward launch overwrites, e.g.
 
 Prints, for the blocks with steps, each phase's median time and its share of all blocks' SM time
 (the time from a block's start to its last warpgroup's end, plus the gap to the next block on
-the same SM): set-up before the consumers start, waiting for K and V, the prologue (bf16: K's fp16
-copy; the second warpgroup's stagger), the steps, the tail (the last step's dQ), the epilogue (dK
-and dV), and the gap between blocks.
+the same SM): set-up before the consumers start, waiting for K and V, the prologue (bf16, but for
+the D 64 default kernel: K's fp16 copy; the second warpgroup's stagger), the steps, the tail (the
+last step's dQ), the epilogue (dK and dV), and the gap between blocks.
 """
 import argparse
 import json

@@ -33,7 +33,7 @@ enum BwdTraceSlot : int {
 enum BwdTracePhase : int {
   kPhaseStart = 0,     // clock64() at the kernel's start
   kPhaseKv = 1,        // K and V landed
-  kPhaseLoop = 2,      // prologue done: K's fp16 copy, statistics published, stagger passed
+  kPhaseLoop = 2,      // prologue done: K's fp16 copy (bf16 but stats_copy_k), stagger passed
   kPhaseLoopEnd = 3,   // the step loop left
   kPhaseTail = 4,      // last dQ issued, scaled and staged
   kPhaseEnd = 5,       // dK and dV written
