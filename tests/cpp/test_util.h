@@ -64,30 +64,30 @@ inline check::CaseSpec dense_spec(const std::string& name, int64_t batch, int64_
   return s;
 }
 
+// The head dims the CUDA build instantiated (FLASHTRAIN_HDIMS, e.g. "64,128"; "" without CUDA).
+inline const char* cuda_head_dims_built() {
 #ifdef FLASHTRAIN_HDIMS_BUILT
-#define FLASHTRAIN_HDIMS_BUILT_OR_NONE FLASHTRAIN_HDIMS_BUILT
+  return FLASHTRAIN_HDIMS_BUILT;
 #else
-#define FLASHTRAIN_HDIMS_BUILT_OR_NONE "none"
+  return "";
 #endif
+}
 
-// Whether the CUDA build instantiated head dim d (FLASHTRAIN_HDIMS): GPU cases of head dims the
-// build left out are skipped, saying so, instead of failing on the backend's refusal.
+// Whether the CUDA build instantiated head dim d: GPU cases of head dims the build left out are
+// skipped, saying so, instead of failing on the backend's refusal.
 inline bool cuda_head_dim_built(int64_t d) {
-#ifdef FLASHTRAIN_HDIMS_BUILT
-  const std::string built = std::string(",") + FLASHTRAIN_HDIMS_BUILT + ",";
+  const std::string built = std::string(",") + cuda_head_dims_built() + ",";
   return built.find("," + std::to_string(d) + ",") != std::string::npos;
-#else
-  (void)d;
-  return false;
-#endif
 }
 
 // Skips the test, saying why, when it would run `spec` on the CUDA backend of a build that left
 // the spec's head dim out of FLASHTRAIN_HDIMS (the backend refuses such a call). In a helper
 // function it returns from the helper only: call it before anything else the test checks.
-#define FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(spec, backend)                                         \
-  if ((backend) == ::flashtrain::Backend::kCUDA && !::flashtrain::testing::cuda_head_dim_built((spec).dim_qk)) \
-  GTEST_SKIP() << "head dim " << (spec).dim_qk << " is not in FLASHTRAIN_HDIMS (" << FLASHTRAIN_HDIMS_BUILT_OR_NONE << ")"
+#define FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(spec, backend)                                          \
+  if ((backend) == ::flashtrain::Backend::kCUDA &&                                                    \
+      !::flashtrain::testing::cuda_head_dim_built((spec).dim_qk))                                     \
+  GTEST_SKIP() << "head dim " << (spec).dim_qk << " is not in FLASHTRAIN_HDIMS ("                     \
+               << ::flashtrain::testing::cuda_head_dims_built() << ")"
 
 // Runs the case on `backend` and asserts the §4 rule for every output, every element written
 // and nothing written outside the output views; the failure message carries all numbers.
