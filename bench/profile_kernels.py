@@ -34,20 +34,12 @@ def main():
                for _ in range(3))
     dout = torch.ones(b, args.seq, h, args.dim, device="cuda", dtype=dtype)
 
-    if args.backend == "flashtrain":
-        import flashtrain
+    from bench_attention import flashtrain_runner, sdpa_runner  # the benchmark's own calls
+    run = (flashtrain_runner(deterministic=args.deterministic) if args.backend == "flashtrain"
+           else sdpa_runner(args.backend))
 
-        def attend():
-            return flashtrain.flash_attn_func(q, k, v, causal=args.causal, deterministic=args.deterministic)
-    else:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[args.backend]
-
-        def attend():  # SDPA takes (B, H, S, D); transposed views keep the BSHD memory
-            with sdpa_kernel(backend):
-                out = torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=args.causal)
-            return out.transpose(1, 2)
+    def attend():
+        return run(q, k, v, args.causal)
 
     def step():
         for t in (q, k, v):
