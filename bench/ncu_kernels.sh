@@ -9,7 +9,7 @@
 #   CASE    kernel:seq:dim:dtype:causal[:skip], e.g. bwd_kernel_sm90:8192:128:bf16:no: the kernel
 #           (a regex of its name), the shape, and how many of its launches to skip before the
 #           profiled one (default 1: the first pays for the caches). Default: the sm90 fwd and bwd
-#           at D 64/128, S 1k/8k, and the sm80 backward that D 256 runs on.
+#           at D 64/128, S 1k/8k, and the split-D backward of D 256 at 8k.
 # Environment: FLASHTRAIN_TORCH_LIBRARY (the extension to profile; default build-gpu's),
 #              NCU (the ncu binary), NCU_SOURCE=0 to skip the per-instruction (SASS) table.
 # Clocks are left to the GPU (--clock-control none), as in the benchmark.
@@ -21,7 +21,7 @@ shift
 cases=("$@")
 [[ ${#cases[@]} -eq 0 ]] && cases=(bwd_kernel_sm90:8192:128:bf16:no fwd_kernel_sm90:8192:128:bf16:no
   bwd_kernel_sm90:1024:64:bf16:yes bwd_kernel_sm90:8192:64:bf16:no bwd_kernel_sm90:1024:128:bf16:yes
-  bwd_main_kernel:8192:256:bf16:no:2)  # the guard's (empty) safe-pass launch follows each normal one
+  bwd_split_kernel_sm90:8192:256:bf16:no)
 ncu=${NCU:-ncu}
 export FLASHTRAIN_TORCH_LIBRARY=${FLASHTRAIN_TORCH_LIBRARY:-$PWD/build-gpu/python/flashtrain/libflashtrain_torch.so}
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}

@@ -1,6 +1,7 @@
 // The sm90 backward's hand-computed shared-memory store addresses (src/cuda/sm90/
 // bwd_smem_stores_sm90.h) against CuTe's layouts of the same tiles, for every thread of the block
-// and every value it stores, at both head dims the kernel has. Host-only: it runs without a GPU.
+// and every value it stores, at every head dim the kernels have; and the split-D kernel's
+// transposed view of its dS^T buffers. Host-only: it runs without a GPU.
 #include <cstdint>
 #include <vector>
 
@@ -8,10 +9,12 @@
 
 #include "cuda/sm90/bwd_kernel_traits_sm90.h"
 #include "cuda/sm90/bwd_smem_stores_sm90.h"
+#include "cuda/sm90/bwd_split_traits_sm90.h"
 
 namespace {
 
 using namespace cute;
+using flashtrain::cuda::sm90::BwdSplitTraits;
 using flashtrain::cuda::sm90::BwdTraits;
 
 // Byte offsets come from pointer differences over a 1024-byte-aligned host buffer: CuTe's swizzle
@@ -67,9 +70,44 @@ void check_dq_offsets() {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Split-D kernel: P^T / dS^T stores (pds_pair_offset) against the S^T MMA's partition of
+// SmemLayoutPdS, and the dQ GEMM's view SmemLayoutdSt(q, k, b) on the bytes of PdS(k, q, b).
+void check_split_pds_offsets() {
+  using Traits = BwdSplitTraits<256, cutlass::bfloat16_t>;
+  using E = cutlass::bfloat16_t;
+  AlignedBuffer buffer;
+  char* base = buffer.base();
+  Tensor sPdS = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdS{});
+  Tensor sdSt = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutdSt{});
+  typename Traits::TiledMmaSdP mma;
+  int mismatches = 0;
+  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
+    Tensor t = mma.get_thread_slice(tid).partition_C(sPdS);
+    const uint32_t thread_base = flashtrain::cuda::sm90::pds_thread_base<Traits>(tid);
+    for (int b = 0; b < Traits::kStagesPdS; ++b) {
+      for (int i = 0; i < size(t(_, _, _, b)); ++i) {
+        const long cute_offset = reinterpret_cast<char*>(&t(_, _, _, b)(i)) - base;
+        const long ours = flashtrain::cuda::sm90::pds_pair_offset<Traits>(thread_base, i / 2, b) + 2 * (i % 2);
+        if (cute_offset != ours && ++mismatches <= 5)
+          ADD_FAILURE() << "split P^T / dS^T: thread " << tid << " value " << i << " buffer " << b
+                        << ": CuTe offset " << cute_offset << ", ours " << ours;
+      }
+    }
+  }
+  for (int b = 0; b < Traits::kStagesPdS; ++b)
+    for (int q = 0; q < Traits::kBlockM; ++q)
+      for (int k = 0; k < Traits::kBlockN; ++k)
+        if (&sdSt(q, k, b) != &sPdS(k, q, b) && ++mismatches <= 10)
+          ADD_FAILURE() << "split dS view: (q " << q << ", k " << k << ", b " << b << ") at "
+                        << reinterpret_cast<char*>(&sdSt(q, k, b)) - base << ", dS^T's at "
+                        << reinterpret_cast<char*>(&sPdS(k, q, b)) - base;
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD64) { check_ds_offsets<64>(); }
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD128) { check_ds_offsets<128>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD64) { check_dq_offsets<64>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD128) { check_dq_offsets<128>(); }
+TEST(Sm90SmemLayout, SplitPdSOffsetsAndDsViewMatchCuteD256) { check_split_pds_offsets(); }
 
 }  // namespace

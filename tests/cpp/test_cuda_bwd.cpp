@@ -107,13 +107,14 @@ TEST_P(CudaBackward, DeterministicSelfAttentionBitwise) {
   EXPECT_GT(ran, 0) << "no head dim is built";
 }
 
-// The shapes the sm90 backward runs (D 64 and 128, no dropout or softcap), default mode: many
+// The shapes the sm90 backward runs (D 64, 128 and 256, no dropout or softcap), default mode: many
 // steps per block, so both Q / dO stages are refilled several times by whichever warpgroup
-// releases them second, and the dS buffers and dQ staging halves turn over while the other
-// warpgroup may still be a step behind. Small enough for compute-sanitizer racecheck.
+// releases them second, and the dS buffers and dQ staging halves (D 256: the P^T / dS^T buffers)
+// turn over while the other warpgroup may still be a step behind. Small enough for
+// compute-sanitizer racecheck.
 TEST_P(CudaBackward, Sm90ShapesMultiStep) {
   int ran = 0;
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     for (bool causal : {false, true}) {
       check::CaseSpec s = dense_spec("D " + std::to_string(d) + (causal ? " causal" : "") + ", 1 x 520, GQA 4/2",
                                      1, 520, 520, 4, 2, d, d, GetParam());
@@ -127,13 +128,13 @@ TEST_P(CudaBackward, Sm90ShapesMultiStep) {
 }
 
 // Blocks of one, two and three steps on the sm90 backward (one query head per key head, so a
-// block's steps are its Q tiles; the sm90 kernel's Q tile is 128 rows at D 64 and 64 at D 128):
+// block's steps are its Q tiles; the sm90 kernel's Q tile is 128 rows at D 64 and 64 at D 128 and 256):
 // the default kernel computes dQ of a step in the next one, so its first step's dQ GEMM is a
 // dropped one and its last two steps' dQ are staged after the loop. Causal and deterministic
 // variants too (under causal the blocks of one sequence have different step counts).
 TEST_P(CudaBackward, Sm90FewStepsPerBlock) {
   int ran = 0;
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     const int tile = d == 64 ? 128 : 64;
     for (int sq : {tile, 2 * tile, 3 * tile - 10}) {
       for (bool causal : {false, true}) {
@@ -153,13 +154,51 @@ TEST_P(CudaBackward, Sm90FewStepsPerBlock) {
   EXPECT_GT(ran, 0) << "no head dim is built";
 }
 
-// The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h) on its two paths: staged through
-// shared memory into padded outputs (row and head strides not the dense ones, last key tile
-// partial, padding checked untouched), and the fp32 atomics of a query-head group split over
-// blocks (MQA on a tiny grid).
+// The split-D sm90 backward (D 256) on the masks and shapes the key-split kernels meet in the
+// Accuracy suite at D 64: Sq != Sk both ways, a length of 1, both causal alignments, a sliding
+// window (deterministic too), GQA, packed and padded strides.
+TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
+  const auto spec = [&](const std::string& name, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk) {
+    return dense_spec("D 256 " + name, b, sq, sk, hq, hk, 256, 256, GetParam());
+  };
+  std::vector<check::CaseSpec> cases = {spec("Sq > Sk", 1, 150, 67, 3, 3), spec("Sq = 1", 2, 1, 97, 2, 2),
+                                        spec("Sk = 1", 2, 45, 1, 2, 2)};
+  for (const CausalAlign align : {CausalAlign::kBottomRight, CausalAlign::kTopLeft}) {
+    for (const auto& [sq, sk] : {std::pair<int64_t, int64_t>{77, 131}, {131, 77}}) {
+      check::CaseSpec s = spec(std::string("causal ") + (align == CausalAlign::kTopLeft ? "top-left" : "bottom-right") +
+                                   ", " + std::to_string(sq) + " x " + std::to_string(sk),
+                               2, sq, sk, 2, 2);
+      s.options.causal = true;
+      s.options.align = align;
+      cases.push_back(s);
+    }
+  }
+  for (bool deterministic : {false, true}) {
+    check::CaseSpec s = spec(std::string("window (40, 10), GQA 4/2") + (deterministic ? ", deterministic" : ""), 2, 203,
+                             190, 4, 2);
+    s.options.window_left = 40;
+    s.options.window_right = 10;
+    s.options.deterministic = deterministic;
+    cases.push_back(s);
+  }
+  check::CaseSpec packed = spec("packed qkv", 2, 83, 83, 4, 4);
+  packed.layout = check::Layout::kPackedQKV;
+  cases.push_back(packed);
+  check::CaseSpec padded = spec("padded, causal, MQA", 2, 77, 131, 2, 1);
+  padded.layout = check::Layout::kPadded;
+  padded.options.causal = true;
+  cases.push_back(padded);
+  FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  for (const check::CaseSpec& s : cases) expect_case_passes(s, Backend::kCUDA);
+}
+
+// The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h; D 256: sm80::store_dkv) on its two
+// paths: into padded outputs (row and head strides not the dense ones, last key tile partial,
+// padding checked untouched), and the fp32 atomics of a query-head group split over blocks (MQA on
+// a tiny grid).
 TEST_P(CudaBackward, Sm90DkDvEpilogue) {
   int ran = 0;
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     check::CaseSpec padded = dense_spec("D " + std::to_string(d) + " padded, 2 x 300 x 170, GQA 4/2", 2, 300, 170,
                                         4, 2, d, d, GetParam());
     padded.layout = check::Layout::kPadded;

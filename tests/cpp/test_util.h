@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -78,6 +79,15 @@ inline const char* cuda_head_dims_built() {
 inline bool cuda_head_dim_built(int64_t d) {
   const std::string built = std::string(",") + cuda_head_dims_built() + ",";
   return built.find("," + std::to_string(d) + ",") != std::string::npos;
+}
+
+// Those of `dims` the CUDA build instantiated, in order (a test looping over head dims skips when
+// none is left).
+inline std::vector<int64_t> cuda_head_dims_built_of(std::initializer_list<int64_t> dims) {
+  std::vector<int64_t> built;
+  for (int64_t d : dims)
+    if (cuda_head_dim_built(d)) built.push_back(d);
+  return built;
 }
 
 // Skips the test, saying why, when it would run `spec` on the CUDA backend of a build that left

@@ -59,6 +59,7 @@ struct BwdTraits {
   // bf16 inputs: dQ = dS K reads dS and a copy of K in fp16, scaled by powers of two
   // (bwd_ds_scale_sm90.h). fp16 inputs read their own dS and K.
   static constexpr bool kScaledDs = cute::is_same_v<Element, cutlass::bfloat16_t>;
+  static constexpr bool kSplitD = false;  // the consumers split the keys (bwd_split_traits_sm90.h splits D)
   using ElementdQ = cutlass::half_t;  // the dQ GEMM's operands
 
   using Int_M = cute::Int<kBlockM>;

@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -16,13 +17,19 @@
 #include "../sm80/bwd_preprocess.h"
 #include "bwd_args_sm90.h"
 #include "bwd_kernel_sm90.h"
+#include "bwd_split_kernel_sm90.h"
 
 namespace flashtrain::cuda::sm90 {
+
+// D <= 128: bwd_kernel_sm90.h (the consumers split the keys); D = 256: bwd_split_kernel_sm90.h.
+template <typename Element, int kHeadDim>
+using BwdTraitsFor =
+    std::conditional_t<(kHeadDim > 128), BwdSplitTraits<kHeadDim, Element>, BwdTraits<kHeadDim, Element>>;
 
 template <typename Element, int kHeadDim>
 void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void* workspace, cudaStream_t stream) {
   using namespace cute;
-  using Traits = BwdTraits<kHeadDim, Element>;
+  using Traits = BwdTraitsFor<Element, kHeadDim>;
   const sm80::BwdPlan plan = sm80::make_bwd_plan(problem);
   // The grid and the first_key_tile order need the plan's KV tile; the semaphore array needs at
   // least as many Q tiles as the kernel has.
@@ -51,19 +58,27 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
   kp.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename Traits::SmemLayoutKV{}, TileKV{}, _1{});
   kp.shape_q = mQ.shape();
   kp.shape_k = mK.shape();
-  // dq_accum [B * Sq][Hq][D] fp32 (bwd_plan.h), as (Sq, D, Hq, B) for the TMA reductions.
-  auto mdQ = make_tensor(make_gmem_ptr(kp.p.dq_accum),
-                         make_layout(make_shape(sq, kHeadDim, hq, batch),
-                                     make_stride(static_cast<int64_t>(hq) * kHeadDim, _1{}, static_cast<int64_t>(kHeadDim),
-                                                 static_cast<int64_t>(sq) * hq * kHeadDim)));
-  kp.tma_dq = make_tma_copy(SM90_TMA_REDUCE_ADD{}, mdQ, typename Traits::SmemLayoutdQBox{},
-                            Shape<Int<Traits::kBlockM>, Int<Traits::kDqBoxCols>>{}, _1{});
-  kp.shape_dq = mdQ.shape();
+  if constexpr (!Traits::kSplitD) {
+    // dq_accum [B * Sq][Hq][D] fp32 (bwd_plan.h), as (Sq, D, Hq, B) for the TMA reductions.
+    auto mdQ = make_tensor(make_gmem_ptr(kp.p.dq_accum),
+                           make_layout(make_shape(sq, kHeadDim, hq, batch),
+                                       make_stride(static_cast<int64_t>(hq) * kHeadDim, _1{},
+                                                   static_cast<int64_t>(kHeadDim), static_cast<int64_t>(sq) * hq * kHeadDim)));
+    kp.tma_dq = make_tma_copy(SM90_TMA_REDUCE_ADD{}, mdQ, typename Traits::SmemLayoutdQBox{},
+                              Shape<Int<Traits::kBlockM>, Int<Traits::kDqBoxCols>>{}, _1{});
+    kp.shape_dq = mdQ.shape();
+  }
 
   sm80::launch_bwd_preprocess<Element, kHeadDim, kHeadDim>(kp.p, stream);
   check_launch("bwd_preprocess");
   if (plan.n_blocks > 0 && batch > 0) {
-    auto kernel = kp.p.deterministic ? bwd_kernel_sm90<Traits, true> : bwd_kernel_sm90<Traits, false>;
+    auto kernel = [&] {
+      if constexpr (Traits::kSplitD) {
+        return kp.p.deterministic ? bwd_split_kernel_sm90<Traits, true> : bwd_split_kernel_sm90<Traits, false>;
+      } else {
+        return kp.p.deterministic ? bwd_kernel_sm90<Traits, true> : bwd_kernel_sm90<Traits, false>;
+      }
+    }();
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes),
                   "sm90 backward: raising the shared-memory limit to ", Traits::kSmemBytes, " bytes");
     kp.p.dq_rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes);
@@ -95,7 +110,8 @@ void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void*
                           ? dim3(static_cast<unsigned>(kp.units) * static_cast<unsigned>(plan.n_blocks))
                           : dim3(static_cast<unsigned>(plan.n_blocks), static_cast<unsigned>(batch), heads_z);
     const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-    kp.trace = bwd_trace_buffer(blocks, stream);  // nullptr unless built with FLASHTRAIN_BWD_TRACE
+    // nullptr unless built with FLASHTRAIN_BWD_TRACE; the split-D kernel records no timeline.
+    kp.trace = Traits::kSplitD ? nullptr : bwd_trace_buffer(blocks, stream);
     kernel<<<grid, Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
     check_launch("flashtrain::cuda::sm90::bwd_kernel_sm90");
     bwd_trace_dump(kp.trace, blocks, kHeadDim, Traits::kBlockM, Traits::kBlockN, stream);

@@ -96,16 +96,18 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
       dsum[i] = inside ? p.dsum[first + row] : 0.0f;
       if constexpr (Traits::kScaledDs) f[i] = inside ? p.do_scale[first + row] : 1.0f;
     }
-    if (Traits::kScaledDs && step == 0) {  // while the loads above are in flight
-      if constexpr (kStatsCopyK) {
-        ClusterBarrier::wait(&s.kv_full, 0);
-        tile_abs_maxima<Traits, Traits::kStatsThreads, BwdBarrier::kStatsMaxima>(s.k.data(), s.v.data(), s.scratch,
-                                                                               thread, v_max, k_exp);
-        dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
-      } else {
-        ClusterBarrier::wait(&s.vmax_ready, 0);
-        v_max = s.v_max;
-        dq_scale = s.dq_scale;
+    if constexpr (Traits::kScaledDs) {
+      if (step == 0) {  // while the loads above are in flight
+        if constexpr (kStatsCopyK) {
+          ClusterBarrier::wait(&s.kv_full, 0);
+          tile_abs_maxima<Traits, Traits::kStatsThreads, BwdBarrier::kStatsMaxima>(s.k.data(), s.v.data(), s.scratch,
+                                                                                 thread, v_max, k_exp);
+          dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
+        } else {
+          ClusterBarrier::wait(&s.vmax_ready, 0);
+          v_max = s.v_max;
+          dq_scale = s.dq_scale;
+        }
       }
     }
     CUTLASS_PRAGMA_UNROLL

@@ -1,5 +1,6 @@
 // The sm90 backward's register -> shared-memory stores of a step: this thread's dS^T values into
-// a dS buffer, and its scaled dQ values into the TMA-reduction staging tile.
+// a dS buffer, and its scaled dQ values into the TMA-reduction staging tile (the split-D kernel:
+// its P^T and dS^T values into their buffers).
 //
 // Both tiles are 128-byte swizzled (bwd_kernel_traits_sm90.h). Written through CuTe's swizzled
 // smem tensors, every element became a generic 64-bit-addressed store (ST.E) after its own
@@ -59,6 +60,25 @@ CUTLASS_HOST_DEVICE uint32_t dq_pair_offset(uint32_t thread_base, int j) {
          static_cast<uint32_t>((c8 / 4) * kBoxBytes + (8 * r + h) * 1024);
 }
 
+// Split-D kernel (bwd_split_traits_sm90.h): P^T or dS^T, keys x queries, into SmemLayoutPdS
+// (queries contiguous; atoms of 8 keys x 64 queries, 1 KB, stacked over the keys): byte offset from
+// the buffers' base of pair j = (h, c) of thread tid (key 16 warp + lane/4 + 8 h, queries
+// kQueriesPerWarpGroup w + 8 c + 2 (lane % 4) + {0, 1}). The 16-byte chunk of query q in key row r
+// is (q / 8) ^ (r % 8); the thread's chunks differ only in c's bits, which the XOR flips.
+template <class Traits>
+CUTLASS_HOST_DEVICE uint32_t pds_thread_base(int tid) {
+  static_assert(Traits::kBlockM == 64, "one 128-byte swizzle row of queries");
+  constexpr int kChunksPerWarpGroup = Traits::kQueriesPerWarpGroup / 8;
+  const int w = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, r8 = lane / 4;
+  return static_cast<uint32_t>(2 * warp * 1024 + r8 * 128 + (((kChunksPerWarpGroup * w) ^ r8) * 16) + 4 * (lane % 4));
+}
+template <class Traits>
+CUTLASS_HOST_DEVICE uint32_t pds_pair_offset(uint32_t thread_base, int j, int buffer) {
+  constexpr int kBufferBytes = Traits::kBlockN * Traits::kBlockM * 2;
+  const int h = j % 2, c = j / 2;
+  return (thread_base ^ static_cast<uint32_t>(c * 16)) + static_cast<uint32_t>(h * 1024 + buffer * kBufferBytes);
+}
+
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
 
@@ -76,6 +96,17 @@ template <class Traits, class Fragment>
 __device__ __forceinline__ void store_ds_transposed(uint32_t ds_smem, Fragment const& ds, int stage, int tid) {
   constexpr int kPairs = decltype(cute::size(ds))::value / 2;
   store_ds_pairs<Traits, kPairs>(ds_smem, reinterpret_cast<const uint32_t*>(ds.data()), stage, tid);
+}
+
+// Split-D kernel: this thread's 16-bit P^T or dS^T values (accumulator order) into buffer `buffer`.
+template <class Traits, class Fragment>
+__device__ __forceinline__ void store_pds(uint32_t pds_smem, Fragment const& tile, int buffer, int tid) {
+  constexpr int kPairs = decltype(cute::size(tile))::value / 2;
+  const uint32_t* pairs = reinterpret_cast<const uint32_t*>(tile.data());
+  const uint32_t base = pds_smem + pds_thread_base<Traits>(tid);
+  CUTLASS_PRAGMA_UNROLL
+  for (int j = 0; j < kPairs; ++j)
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(pds_pair_offset<Traits>(base, j, buffer)), "r"(pairs[j]) : "memory");
 }
 
 // kScaledDs: this thread's fp32 dS^T (accumulator order) times the scale of each query column,

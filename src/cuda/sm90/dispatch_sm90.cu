@@ -23,7 +23,7 @@ namespace {
 constexpr int kComputeMajor = 9;  // wgmma, TMA and setmaxnreg are sm_90a instructions
 constexpr int kComputeMinor = 0;
 constexpr int kHeadDims[] = {64, 128, 256};
-constexpr int kBwdHeadDims[] = {64, 128};
+constexpr int kBwdHeadDims[] = {64, 128, 256};
 // TMA: the global base address and every stride but the innermost are multiples of 16 bytes.
 constexpr int64_t kTmaAlignBytes = 16;
 // Row and column indices inside the kernel are 32-bit; keep i + diag + window in range.
@@ -245,7 +245,9 @@ void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
   strides.k = fwd_strides(p.sk, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
   strides.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
   strides.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
-  const bool ran = try_bwd_head_dim<64>(p, strides, workspace, stream) || try_bwd_head_dim<128>(p, strides, workspace, stream);
+  const bool ran = try_bwd_head_dim<64>(p, strides, workspace, stream) ||
+                   try_bwd_head_dim<128>(p, strides, workspace, stream) ||
+                   try_bwd_head_dim<256>(p, strides, workspace, stream);
   // bwd_refusal() rejects these first; reaching here means a caller skipped it.
   FT_CHECK(ran, "sm90 backward: no kernel for dtype ", dtype_name(p.dtype), ", head dim ", p.dim_qk,
            "; built head dims: ", FLASHTRAIN_HDIMS_BUILT);

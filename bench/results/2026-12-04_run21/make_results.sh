@@ -3,9 +3,13 @@
 set -euo pipefail
 R=bench/results
 python3 bench/make_results.py --gpu "NVIDIA H200" --date 2026-12-04 \
- --commit "4473c5c (run 19 grid; the kernels on main but the D 64 default bf16 backward, 2.5-8% faster at S >= 4k since 18cc97c by run 20 call 4); older sections marked" \
- --command "bash bench/results/2026-12-04_run20/make_results.sh; the runs: bench/results/2026-12-04_run20/about.txt and 2026-12-04_run19/about.txt (run18, run17, run16, run15, run14, run13, run12, run7 about.txt for the older sections)" \
+ --commit "4473c5c (run 19 grid, D 64 / 128; the kernels on main but the D 64 default bf16 backward, 2.5-8% faster at S >= 4k since 18cc97c by run 20 call 4); D 256 rows from run 21 (split-D backward); older sections marked" \
+ --command "bash bench/results/2026-12-04_run21/make_results.sh; the runs: bench/results/2026-12-04_run21/about.txt, 2026-12-04_run20/about.txt and 2026-12-04_run19/about.txt (run18, run17, run16, run15, run14, run13, run12, run7 about.txt for the older sections)" \
  --section "Attention fwd and bwd against torch SDPA flash (FlashAttention-2) and cuDNN, full grid, run 19 at 4473c5c, every backend and flashtrain's deterministic and precision \"high\" backward timed in alternation rep by rep (bench_attention.py since 964d9a3), D 256 not built in this run (plot: results/2026-12-04_run19/bench.png)=$R/2026-12-04_run19/bench.md" \
+ --section "D 256 against torch SDPA flash (FlashAttention-2) and cuDNN with the sm90 split-D backward (src/cuda/sm90/bwd_split_kernel_sm90.h), run 21 call 1 at 0918983 (the kernel that landed; call 2 reran its tests at 8e53007)=$R/2026-12-04_run21/call1/d256_call1.md" \
+ --section "The sm90 split-D D 256 backward against main's sm80 one (deb4ff0), run 21 call 1 (speed columns main / this: below 1 means this is faster)=$R/2026-12-04_run21/call1/ab_call1_split_over_main.md" \
+ --section "What limits the D 256 split-D backward, bench/ncu_kernels.sh, run 21 call 2 at 8e53007=$R/2026-12-04_run21/call2/ncu_summary.md" \
+ --section "Where the D 256 split-D backward's warps stall (bench/ncu_stalls.py), bf16 S 8k, run 21 call 2=$R/2026-12-04_run21/call2/stalls_full.txt" \
  --section "D 64 default bf16 backward takes K's fp16 copy and the tile maxima from the statistics warps (18cc97c) against main ce3bcbd, run 20 call 4; D 128 and deterministic rows are null checks (speed columns base / this: below 1 means this is faster)=$R/2026-12-04_run20/ab_call4_d64_stats_kcopy_over_main.md" \
  --section "Not landed: dK / dV written before the last dQ, and the bf16 K copy from the statistics warps on every kernel (c96b65c) against main, run 20 call 3 (the D 64 default part landed in 18cc97c; D 128 bf16 ran 12-14% slower; below 1 means this is faster)=$R/2026-12-04_run20/ab_call3_tail_kcopy_over_main.md" \
  --section "Not landed: the D 128 default backward with dK in flight across the step boundary against ce3bcbd, run 20 call 1 (below 1 means this is faster)=$R/2026-12-04_run20/ab_call1_dk_in_flight_over_main.md" \

@@ -1,0 +1,245 @@
+// Backward stage 2 on Hopper for D = 256: the split-D main kernel (bwd_split_traits_sm90.h), between
+// the same sm80 preprocess and postprocess as bwd_kernel_sm90.h, on the same producer warpgroup
+// (bwd_producer_sm90.h: TMA loads of K, V, Q and dO, the row statistics).
+//
+// Per step (one 64-row Q tile of one query head), consumer w (queries [32 w, 32 w + 32) of S^T
+// and dP^T, columns [128 w, 128 w + 128) of dK, dV and dQ):
+//   S^T  = K Q^T, dP^T = V dO^T      (wgmma, both in flight; dP^T also during the softmax)
+//   P^T  = exp2(S^T * scale log2e - lse log2e)  -> shared memory, then a barrier of both consumers
+//   dV  += P^T dO                    (wgmma, in flight while dS^T is computed)
+//   dS^T = P^T * (dP^T - D)          -> shared memory, then a barrier of both consumers
+//   dQ = dS K, dK += dS^T Q          (wgmma)
+//   dQ * scale added into dq_accum with vector atomics while the dK GEMM runs (kDeterministic: in
+//   the step's turn of tile_range.h's schedule, taken by one thread for both consumers)
+// P^T and dS^T alternate between two buffers by step parity: a consumer writes step t + 1's while
+// the other may still read step t's (its dV / dK / dQ GEMMs retire at the end of its step t, before
+// it reaches step t + 1's first barrier, which comes before step t + 2's writes).
+// dK (times scale) and dV are written once at the end.
+#pragma once
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "../../common/mask.h"
+#include "../common/fast_math.h"
+#include "../common/mask_tile.h"
+#include "../sm80/bwd_epilogue.h"
+#include "../sm80/bwd_params.h"
+#include "bwd_params_sm90.h"
+#include "bwd_producer_sm90.h"
+#include "bwd_smem_stores_sm90.h"
+#include "bwd_split_traits_sm90.h"
+#include "device_code_sm90.h"
+#include "wgmma_utils_sm90.h"
+
+namespace flashtrain::cuda::sm90 {
+
+template <class Traits, bool kDeterministic>
+__global__ void __launch_bounds__(Traits::kNumThreads, 1)
+    bwd_split_kernel_sm90(const __grid_constant__ BwdKernelParams<Traits> kp) {
+#ifdef FLASHTRAIN_SM90_DEVICE_CODE
+  using namespace cute;
+  using cutlass::arch::ClusterBarrier;
+  using cutlass::arch::NamedBarrier;
+  using Element = typename Traits::Element;
+  using SharedStorage = typename Traits::SharedStorage;
+  constexpr int kBlockM = Traits::kBlockM;
+  constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kStages = Traits::kStages;
+  constexpr int kMmaThreads = Traits::kNumMmaThreads;
+  using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
+  static_assert(Traits::kStagesPdS == 2, "P^T / dS^T buffers alternate by step parity");
+
+  const sm80::BwdParams& p = kp.p;
+  extern __shared__ __align__(Traits::kSmemAlign) char smem[];
+  SharedStorage& s = *reinterpret_cast<SharedStorage*>(smem);
+
+  const int tid = static_cast<int>(threadIdx.x);
+  int n_block, b, head_z;
+  bwd_block_coords(kp, p.heads_k * p.head_chunks, n_block, b, head_z);
+  const int hk = head_z / p.head_chunks;
+  const int hq_begin = hk * p.group + (head_z % p.head_chunks) * p.heads_per_chunk;
+  const sm80::SeqGeometry geo(p, b);
+  const int n0 = n_block * kBlockN;
+  if (n0 >= geo.len_k) return;
+  const MaskSpec mask = geo.mask(p);
+  BwdWalk walk;
+  // The column range is the whole tile (not clipped at len_k) so that first_key_tile() inverts it.
+  walk.m_tiles = visible_query_tiles(mask, n0, n0 + kBlockN, geo.len_q, kBlockM);
+  const int m_count = walk.m_tiles.empty() ? 0 : walk.m_tiles.end - walk.m_tiles.begin;
+  walk.num_steps = m_count * p.heads_per_chunk;
+  walk.start = walk.m_tiles.begin + dq_walk_offset(p.dq_rotated, n_block, walk.m_tiles, kBlockM, kBlockN);
+  walk.first = DqWalkPos{hq_begin, walk.start};
+  const int num_steps = walk.num_steps;
+
+  const int warp = tid / 32;
+  if (warp == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    ClusterBarrier::init(&s.kv_full, 1);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kStages; ++i) {
+      ClusterBarrier::init(&s.qdo_full[i], 1);
+      ClusterBarrier::init(&s.stats_full[i], Traits::kStatsThreads);
+      ClusterBarrier::init(&s.stage_empty[i], kMmaThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (tid < Traits::kThreadsPerWarpGroup) {  // ---- the producer warpgroup
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
+    if (warp == 0) {
+      if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block);
+    } else if (warp >= Traits::kStatsWarp) {
+      bwd_fetch_stats<Traits, /*kStatsCopyK=*/false>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
+    }
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
+  const int mma_tid = tid - Traits::kThreadsPerWarpGroup;
+
+  // ---- shared memory ----------------------------------------------------------------------
+  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sKt = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKt{});
+  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Traits::SmemLayoutKV{});
+  Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdO{});
+  Tensor sQt = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdOt{});
+  Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdO{});
+  Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdOt{});
+  Tensor sP = make_tensor(make_smem_ptr(s.p.data()), typename Traits::SmemLayoutPdS{});
+  Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutPdS{});
+  Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutdSt{});
+
+  // ---- MMA partitions ----------------------------------------------------------------------
+  typename Traits::TiledMmaSdP mma_sdp;
+  typename Traits::TiledMmadKV mma_dkv;
+  typename Traits::TiledMmadQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(mma_tid);
+  auto thr_dkv = mma_dkv.get_thread_slice(mma_tid);
+  auto thr_dq = mma_dq.get_thread_slice(mma_tid);
+
+  Tensor tSrK = thr_sdp.partition_fragment_A(sK);  // descriptors: every key, all of D
+  Tensor tSrQ = thr_sdp.partition_fragment_B(sQ);  // this warpgroup's queries (MMA, MMA_N, MMA_K, stages)
+  Tensor tdPrV = thr_sdp.partition_fragment_A(sV);
+  Tensor tdPrdO = thr_sdp.partition_fragment_B(sdO);
+  Tensor tdVrP = thr_dkv.partition_fragment_A(sP);      // (MMA, MMA_M, MMA_K, buffers)
+  Tensor tdVrdOt = thr_dkv.partition_fragment_B(sdOt);  // this warpgroup's columns (.., stages)
+  Tensor tdKrdS = thr_dkv.partition_fragment_A(sdS);
+  Tensor tdKrQt = thr_dkv.partition_fragment_B(sQt);
+  Tensor tdQrdS = thr_dq.partition_fragment_A(sdSt);  // (MMA, MMA_M, MMA_K, buffers)
+  Tensor tdQrKt = thr_dq.partition_fragment_B(sKt);
+
+  Tensor acc_dk = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  Tensor acc_dv = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+  clear(acc_dk);
+  clear(acc_dv);
+
+  // (key, query) coordinates of this thread's S^T elements inside the tile.
+  Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileSdP{}));
+  Tensor coords = make_tensor(tScS.data(), accumulator_rowcol(tScS.layout()));
+  constexpr int kRows = decltype(size<0>(coords))::value;  // keys of this thread
+  constexpr int kCols = decltype(size<1>(coords))::value;  // queries of this thread
+
+  // Both consumers' 16-bit tile of the step in a P^T / dS^T buffer (bwd_smem_stores_sm90.h),
+  // visible to the wgmmas.
+  const uint32_t p_smem = cute::cast_smem_ptr_to_uint(s.p.data());
+  const uint32_t ds_smem = cute::cast_smem_ptr_to_uint(s.ds.data());
+  auto publish = [&](auto const& acc, uint32_t smem, int buffer, BwdSplitBarrier barrier) {
+    Tensor rounded = make_tensor_like<Element>(acc);
+    convert_fragment(acc, rounded);
+    store_pds<Traits>(smem, rounded, buffer, mma_tid);
+    cutlass::arch::fence_view_async_shared();  // generic stores visible to the async proxy
+    NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(barrier));
+  };
+
+  if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);
+  DqWalkPos pos = walk.first;
+  CUTLASS_PRAGMA_NO_UNROLL
+  for (int step = 0; step < num_steps; ++step) {
+    const int stage = step % kStages;
+    const int buf = step % Traits::kStagesPdS;
+    const int m0 = pos.m_block * kBlockM;
+    const uint32_t stage_parity = static_cast<uint32_t>((step / kStages) & 1);
+
+    ClusterBarrier::wait(&s.qdo_full[stage], stage_parity);
+    Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
+    wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+    Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
+    wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
+    ClusterBarrier::wait(&s.stats_full[stage], stage_parity);
+    const float* stage_lse2 = s.lse_log2[stage];
+    const float* stage_dsum = s.dsum[stage];
+    // Keys outside a query row's window need masking unless every row of the tile sees every
+    // key of the tile (rows past Sq have lse = +inf, so their P is 0 anyway).
+    const int last_row = (m0 + kBlockM < geo.len_q ? m0 + kBlockM : geo.len_q) - 1;
+    const bool interior = mask.col_begin(last_row) <= n0 && mask.col_end(m0) >= n0 + kBlockN;
+
+    warpgroup_wait<1>();  // S^T landed; dP^T may still be in flight
+    warpgroup_fence_operand(tSrS);
+    Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
+    const float scale_log2 = p.scale_log2;
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      const int q = get<1>(coords(0, c));
+      const float lse2 = stage_lse2[q];
+      const int i = m0 + q;
+      const int begin = interior ? 0 : static_cast<int>(mask.col_begin(i)) - n0;
+      const int end = interior ? kBlockN : (i < geo.len_q ? static_cast<int>(mask.col_end(i)) : 0) - n0;
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int j = get<0>(coords(r, 0));
+        const float prob = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2));
+        scores(r, c) = (j >= begin && j < end) ? prob : 0.0f;
+      }
+    }
+    publish(tSrS, p_smem, buf, BwdSplitBarrier::kPWritten);
+    wgmma_gemm<false, -1>(mma_dkv, tdVrP(_, _, _, buf), tdVrdOt(_, _, _, stage), acc_dv);
+
+    warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
+    warpgroup_fence_operand(tdPrdP);
+    Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      const float dsum = stage_dsum[get<1>(coords(0, c))];
+      CUTLASS_PRAGMA_UNROLL
+      for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - dsum);
+    }
+    publish(tdPrdP, ds_smem, buf, BwdSplitBarrier::kDsWritten);
+    // dQ before dK: its additions go out while the dK GEMM runs.
+    Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+    wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buf), tdQrKt, acc_dq);
+    wgmma_gemm<false, -1>(mma_dkv, tdKrdS(_, _, _, buf), tdKrQt(_, _, _, stage), acc_dk);
+    warpgroup_wait<1>();  // dV and dQ retired; dK may still be in flight
+    warpgroup_fence_operand(acc_dq);
+    int* sema = nullptr;
+    if constexpr (kDeterministic) {
+      sema = sm80::dq_semaphore(p, b, pos.head, pos.m_block);
+      if (mma_tid == 0)
+        sm80::spin_until_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
+      NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
+    }
+    sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
+    if constexpr (kDeterministic) {
+      __threadfence();  // every consumer's additions visible before the turn passes on
+      NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
+      if (mma_tid == 0) sm80::release_dq_turn(sema);
+    }
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_dk);
+    warpgroup_fence_operand(acc_dv);
+    // Every wgmma of this warpgroup that reads the stage's Q or dO has completed, and so have its
+    // reads of the statistics.
+    ClusterBarrier::arrive(&s.stage_empty[stage]);
+    pos = walk.next(pos);
+  }
+
+  // ---- dK (times scale) and dV, straight from the accumulators.
+  sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);
+#endif
+}
+
+}  // namespace flashtrain::cuda::sm90

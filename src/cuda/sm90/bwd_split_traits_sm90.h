@@ -1,0 +1,151 @@
+// Compile-time shape of the sm90a backward for head dims whose dK and dV accumulators do not fit
+// one warpgroup's registers (D = 256: 64 keys x 256 x 2 fp32 would be 256 registers a thread).
+// The two consumer warpgroups split the head dim instead of the keys ("split-D"):
+//   S^T = K Q^T, dP^T = V dO^T   keys x queries (64 x 64), warpgroup w computes queries
+//                                 [32 w, 32 w + 32) (K and V are read whole by both);
+//   P^T, dS^T                    rounded into shared memory, each warpgroup its queries, since
+//                                 both need every query of them;
+//   dV += P^T dO, dK += dS^T Q   keys x D, warpgroup w owns columns [128 w, 128 w + 128) (64 + 64
+//                                 registers), both operands from shared memory;
+//   dQ = dS K                    queries x D, warpgroup w its 128 columns, added into dq_accum
+//                                 straight from registers with vector atomics (a 64 x 256 fp32
+//                                 staging tile would not fit next to two Q / dO stages).
+// Tiles: 64 key rows per block (the sm80 plan's 64 x 64 tile for D > 128, bwd_plan.h) and 64
+// query rows per step. bf16 inputs compute dQ from bf16 dS and K, as the sm80 path does: the
+// scaled fp16 copies of the 64 / 128 kernels (bwd_ds_scale_sm90.h) would need 40 KB more.
+#pragma once
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_types.h>
+
+namespace flashtrain::cuda::sm90 {
+
+template <int kHeadDim_, typename Element_>
+struct BwdSplitTraits {
+  using Element = Element_;
+  using ElementAccum = float;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kDimQK = kHeadDim;  // the names sm80::store_dkv / accumulate_dq read
+  static constexpr int kDimV = kHeadDim;
+  static constexpr int kDqChunk = kHeadDim;
+  static_assert(kHeadDim == 256, "sm90 split-D backward: head dim 256");
+  static_assert(cute::is_same_v<Element, cutlass::half_t> || cute::is_same_v<Element, cutlass::bfloat16_t>,
+                "sm90 backward: element type must be fp16 or bf16");
+  static constexpr bool kSplitD = true;
+  static constexpr bool kScaledDs = false;  // bwd_fetch_stats: no fp16 dS scales
+  using ElementdQ = Element;
+
+  static constexpr int kBlockM = 64;   // query rows per step
+  static constexpr int kBlockN = 64;   // key rows per block
+  static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
+  static constexpr int kStagesPdS = 2;  // P^T and dS^T buffers: step t writes t % 2
+  static constexpr int kNumMmaWarpGroups = 2;
+  static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
+  static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
+  static constexpr int kNumThreads = kNumMmaThreads + kThreadsPerWarpGroup;  // + the producer warpgroup
+  // Producer warpgroup: warp 0 issues the TMA loads, warps 2 and 3 fetch the row statistics
+  // (bwd_producer_sm90.h); warp 1 has no dQ tile to reduce here.
+  static constexpr int kStatsWarp = 2;
+  static constexpr int kStatsThreads = 64;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kProducerRegs * kThreadsPerWarpGroup + kConsumerRegs * kNumMmaThreads <= 65536,
+                "register budgets exceed the register file");
+  static constexpr int kColsPerWarpGroup = kHeadDim / kNumMmaWarpGroups;
+  static constexpr int kQueriesPerWarpGroup = kBlockM / kNumMmaWarpGroups;
+
+  using Int_M = cute::Int<kBlockM>;
+  using Int_N = cute::Int<kBlockN>;
+  using Int_D = cute::Int<kHeadDim>;
+  using WarpGroupsAlongN = cute::Layout<cute::Shape<cute::_1, cute::Int<kNumMmaWarpGroups>, cute::_1>>;
+
+  // S^T = K Q^T and dP^T = V dO^T: (keys x queries x D), both operands K-major; the warpgroups
+  // split the queries.
+  using TileShapeSdP = cute::Shape<Int_N, Int_M, Int_D>;
+  using TiledMmaSdP = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, ElementAccum,
+                                 cute::Shape<Int_N, cute::Int<kQueriesPerWarpGroup>, Int_D>>(),
+      WarpGroupsAlongN{}));
+  // dV += P^T dO and dK += dS^T Q: (keys x D x queries); A = P^T / dS^T from shared memory (queries
+  // contiguous, K-major), B = dO / Q read transposed (MN-major); the warpgroups split D.
+  using TiledMmadKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, ElementAccum, cute::Shape<Int_N, cute::Int<kColsPerWarpGroup>, Int_M>,
+                                 cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
+      WarpGroupsAlongN{}));
+  // dQ = dS K: (queries x D x keys); A = dS (the dS^T buffer read transposed, MN-major), B = K read
+  // transposed (MN-major); the warpgroups split D.
+  using TiledMmadQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<Element, Element, ElementAccum, cute::Shape<Int_M, cute::Int<kColsPerWarpGroup>, Int_N>,
+                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
+      WarpGroupsAlongN{}));
+
+  using SmemAtomK = cute::GMMA::Layout_K_SW128_Atom<Element>;  // 8 x 64 elements, the inner dim contiguous
+  static_assert(kHeadDim % cute::size<1>(SmemAtomK{}) == 0, "head dim must be a multiple of the swizzle row");
+  using SmemLayoutKV = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_N, Int_D>{}));
+  // K^T (D x keys) over K's bytes: the B operand of dQ = dS K.
+  using SmemLayoutKt = decltype(cute::composition(
+      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_N>{}, cute::Step<cute::_2, cute::_1>{})));
+  using SmemLayoutQdO = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_M, Int_D, cute::Int<kStages>>{}));
+  // Q^T / dO^T (D x queries x stages): the B operands of dK += dS^T Q and dV += P^T dO.
+  using SmemLayoutQdOt = decltype(cute::composition(
+      SmemLayoutQdO{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_M, cute::Int<kStages>>{},
+                                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
+  // P^T and dS^T (keys x queries x buffer), queries contiguous: the A operands of the dV / dK GEMMs.
+  static_assert(kBlockM == cute::size<1>(SmemAtomK{}), "one swizzle row of queries");
+  using SmemLayoutPdS = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_N, Int_M, cute::Int<kStagesPdS>>{}));
+  // dS (queries x keys x buffer) over dS^T's bytes: the A operand of dQ = dS K.
+  using SmemLayoutdSt = decltype(cute::composition(
+      SmemLayoutPdS{}, cute::make_ordered_layout(cute::Shape<Int_M, Int_N, cute::Int<kStagesPdS>>{},
+                                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
+
+  // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
+  using ShapeQKV = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
+  using StrideQKV = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
+  using GmemLayoutQKV = cute::Layout<ShapeQKV, StrideQKV>;
+  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                                GmemLayoutQKV{}));
+  using TmaLoadQdO = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
+                                                  cute::take<0, 2>(SmemLayoutQdO{}), cute::Shape<Int_M, Int_D>{},
+                                                  cute::_1{}));
+  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
+                                                 cute::Shape<Int_N, Int_D>{}, cute::_1{}));
+  struct NoDqTma {};  // dQ goes into dq_accum by atomics, not TMA reductions
+  using TmaReducedQ = NoDqTma;
+
+  static constexpr uint32_t kTmaBytesQ = sizeof(Element) * kBlockM * kHeadDim;
+  static constexpr uint32_t kTmaBytesKV = sizeof(Element) * kBlockN * kHeadDim;
+
+  static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle's period
+  // K 32 + V 32 + Q 64 + dO 64 + P^T 16 + dS^T 16 = 224 KB of the 227 KB a block may use.
+  struct SharedStorage {
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> k;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> v;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> q;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutQdO>, kSmemAlign> dout;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutPdS>, kSmemAlign> p;
+    cute::array_aligned<Element, cute::cosize_v<SmemLayoutPdS>, kSmemAlign> ds;
+    float lse_log2[kStages][kBlockM];  // lse * log2(e) (+inf past the sequence)
+    float dsum[kStages][kBlockM];      // D = rowsum(dO * O) (0 past the sequence)
+    // mbarriers as in BwdTraits: a stage is full when its TMA bytes have landed and every
+    // statistics thread has written, empty when every consumer thread is done with it.
+    uint64_t kv_full;
+    uint64_t qdo_full[kStages];
+    uint64_t stats_full[kStages];
+    uint64_t stage_empty[kStages];
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");
+};
+
+// Named barriers of the split-D backward's consumers (ids after CUTLASS's reserved ones).
+enum class BwdSplitBarrier : uint32_t {
+  kPWritten = 0,   // both warpgroups' P^T of the step in shared memory
+  kDsWritten = 1,  // both warpgroups' dS^T of the step in shared memory
+  kDqTurn = 2,     // kDeterministic: the step's dQ turn taken / its atomics issued
+};
+
+}  // namespace flashtrain::cuda::sm90
