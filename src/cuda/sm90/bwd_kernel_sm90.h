@@ -37,7 +37,6 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "../../common/mask.h"
-#include "../common/fast_math.h"
 #include "../common/mask_tile.h"
 #include "../sm80/bwd_params.h"
 #include "bwd_ds_scale_sm90.h"
@@ -46,6 +45,7 @@
 #include "bwd_params_sm90.h"
 #include "bwd_producer_sm90.h"
 #include "bwd_smem_stores_sm90.h"
+#include "bwd_softmax_sm90.h"
 #include "bwd_trace_sm90.h"
 #include "device_code_sm90.h"
 #include "wgmma_utils_sm90.h"
@@ -78,34 +78,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   int n_block, b, head_z;
   bwd_block_coords(kp, p.heads_k * p.head_chunks, n_block, b, head_z);
   const int hk = head_z / p.head_chunks;
-  const int hq_begin = hk * p.group + (head_z % p.head_chunks) * p.heads_per_chunk;
   const sm80::SeqGeometry geo(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= geo.len_k) return;
   const MaskSpec mask = geo.mask(p);
-  BwdWalk walk;
-  // The column range is the whole tile (not clipped at len_k) so that first_key_tile() inverts it.
-  walk.m_tiles = visible_query_tiles(mask, n0, n0 + kBlockN, geo.len_q, kBlockM);
-  const int m_count = walk.m_tiles.empty() ? 0 : walk.m_tiles.end - walk.m_tiles.begin;
-  walk.num_steps = m_count * p.heads_per_chunk;
-  walk.start = walk.m_tiles.begin + dq_walk_offset(p.dq_rotated, n_block, walk.m_tiles, kBlockM, kBlockN);
-  walk.first = DqWalkPos{hq_begin, walk.start};
+  BwdWalk walk = make_bwd_walk<kBlockM, kBlockN>(p, mask, geo.len_q, n_block, n0, hk, head_z);
   const int num_steps = walk.num_steps;
 
   const int warp = tid / 32;
   if (warp == 0 && cute::elect_one_sync()) {
-    cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+    init_load_barriers<Traits>(kp, s);
     cute::prefetch_tma_descriptor(kp.tma_dq.get_tma_descriptor());
-    ClusterBarrier::init(&s.kv_full, 1);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kStages; ++i) {
-      ClusterBarrier::init(&s.qdo_full[i], 1);
-      ClusterBarrier::init(&s.stats_full[i], Traits::kStatsThreads);
-      ClusterBarrier::init(&s.stage_empty[i], Traits::kNumMmaThreads);
-    }
     ClusterBarrier::init(&s.dq_full, Traits::kNumMmaThreads);
     ClusterBarrier::init(&s.dq_empty, 1);
     ClusterBarrier::init(&s.vmax_ready, 1);
@@ -213,8 +196,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // (key, query) coordinates of this thread's S^T elements inside the tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileSdP{}));
   Tensor coords = make_tensor(tScS.data(), accumulator_rowcol(tScS.layout()));
-  constexpr int kRows = decltype(size<0>(coords))::value;  // keys of this thread
-  constexpr int kCols = decltype(size<1>(coords))::value;  // queries of this thread
 
   // Step t's dQ (scale * dS K, computed at its end) is staged at the top of step t + 1, behind the
   // issue of that step's S^T, so that the tensor cores have S^T while the staging runs; the
@@ -294,43 +275,15 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (step >= kStageDelay) stage_dq(step - kStageDelay, !kLatePublish);
     Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
-    // Row statistics of this thread's query columns, read from shared memory where they are used
-    // (each serves kRows elements; holding them in registers would cost 2 * kCols).
     ClusterBarrier::wait(&s.stats_full[stage], stage_parity);
     const float* stage_lse2 = s.lse_log2[stage];
     const float* stage_dsum = s.dsum[stage];
-    // Keys outside a query row's window need masking unless every row of the tile sees every
-    // key of the tile (rows past Sq have lse = +inf, so their P is 0 anyway).
-    const int last_row = (m0 + kBlockM < geo.len_q ? m0 + kBlockM : geo.len_q) - 1;
-    const bool interior = mask.col_begin(last_row) <= n0 && mask.col_end(m0) >= n0 + kBlockN;
-
+    const bool interior = tile_is_interior<kBlockM, kBlockN>(mask, m0, n0, geo.len_q);
     warpgroup_wait<1>();  // S^T landed; dP^T may still be in flight
     warpgroup_fence_operand(tSrS);
     if (kLatePublish && step >= kStageDelay) publish_dq();
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
-    const float scale_log2 = p.scale_log2;
-    if (interior) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        const float lse2 = stage_lse2[get<1>(coords(0, c))];
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) scores(r, c) = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2));
-      }
-    } else {
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) {
-        const float lse2 = stage_lse2[get<1>(coords(0, c))];
-        const int i = m0 + get<1>(coords(0, c));
-        const int begin = static_cast<int>(mask.col_begin(i)) - n0;
-        const int end = (i < geo.len_q ? static_cast<int>(mask.col_end(i)) : 0) - n0;
-        CUTLASS_PRAGMA_UNROLL
-        for (int r = 0; r < kRows; ++r) {
-          const int j = get<0>(coords(r, 0));
-          const float prob = fast_exp2(fmaf(scores(r, c), scale_log2, -lse2));
-          scores(r, c) = (j >= begin && j < end) ? prob : 0.0f;
-        }
-      }
-    }
+    probabilities_t(scores, coords, stage_lse2, p.scale_log2, mask, interior, m0, n0, geo.len_q);
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     convert_fragment(tSrS, tOrP);
     wgmma_gemm<false, -1>(mma_dkv, tOrP, tdVrdOt(_, _, _, stage), acc_dv);
@@ -339,12 +292,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
     warpgroup_fence_operand(tdPrdP);
     Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
-    CUTLASS_PRAGMA_UNROLL
-    for (int c = 0; c < kCols; ++c) {
-      const float dsum = stage_dsum[get<1>(coords(0, c))];
-      CUTLASS_PRAGMA_UNROLL
-      for (int r = 0; r < kRows; ++r) dp(r, c) = scores(r, c) * (dp(r, c) - dsum);
-    }
+    dscores_t(dp, scores, coords, stage_dsum);
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);
     // dS^T into this step's dS buffer once dQ(step - 2) has read it (kDeterministic: retired before

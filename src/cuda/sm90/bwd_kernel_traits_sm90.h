@@ -12,47 +12,35 @@
 #pragma once
 #include <cstdint>
 
-#include <cute/tensor.hpp>
-#include <cute/atom/copy_atom.hpp>
-#include <cute/atom/mma_atom.hpp>
-#include <cutlass/cutlass.h>
-#include <cutlass/numeric_types.h>
+#include "bwd_traits_base_sm90.h"
 
 namespace flashtrain::cuda::sm90 {
 
+// Query rows per step: D = 64 takes 128 so each step's GEMMs are big enough to amortise its
+// barriers, waits and row-statistic loads. The grid (KV tiles of kBlockN = 128) and the dQ
+// semaphores come from the sm80 plan (bwd_plan.h), whose 64-row Q tiles are at least as many as
+// these. (With kBlockM = 64 at D = 64 the backward ran 15-25% slower on the H200, S 1k-4k.)
 template <int kHeadDim_, typename Element_>
-struct BwdTraits {
-  using Element = Element_;
-  using ElementAccum = float;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kDimQK = kHeadDim;  // the names sm80::store_dkv reads
-  static constexpr int kDimV = kHeadDim;
+struct BwdTraits : BwdTraitsBase<kHeadDim_, Element_, kHeadDim_ <= 64 ? 128 : 64, 128, 2> {
+  using Base = BwdTraitsBase<kHeadDim_, Element_, kHeadDim_ <= 64 ? 128 : 64, 128, 2>;
+  using typename Base::Element;
+  using typename Base::ElementAccum;
+  using typename Base::Int_M;
+  using typename Base::Int_N;
+  using typename Base::Int_D;
+  using typename Base::SmemLayoutKV;
+  using typename Base::SmemLayoutQdO;
+  using typename Base::GmemLayoutQKV;
+  using Base::kHeadDim;
+  using Base::kBlockM;
+  using Base::kBlockN;
+  using Base::kStages;
+  using Base::kNumMmaWarpGroups;
+  using Base::kNumMmaThreads;
+  using Base::kSmemAlign;
   static_assert(kHeadDim == 64 || kHeadDim == 128, "sm90 backward: head dim must be 64 or 128");
-  static_assert(cute::is_same_v<Element, cutlass::half_t> || cute::is_same_v<Element, cutlass::bfloat16_t>,
-                "sm90 backward: element type must be fp16 or bf16");
 
-  // Query rows per step: D = 64 takes 128 so each step's GEMMs are big enough to amortise its
-  // barriers, waits and row-statistic loads. The grid (KV tiles of kBlockN) and the dQ semaphores
-  // come from the sm80 plan (bwd_plan.h), whose 64-row Q tiles are at least as many as these.
-  // (With kBlockM = 64 at D = 64 the backward ran 15-25% slower on the H200, S 1k-4k.)
-  static constexpr int kBlockM = kHeadDim <= 64 ? 128 : 64;
-  static constexpr int kBlockN = 128;  // key rows per block
-  static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
   static constexpr int kStagesdS = 2;  // dS buffers: step t writes t % 2 (read by dQ(t) in step t + 1)
-  static constexpr int kNumMmaWarpGroups = 2;
-  static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
-  static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
-  static constexpr int kNumThreads = kNumMmaThreads + kThreadsPerWarpGroup;  // + the producer warpgroup
-  // Producer warpgroup (warpgroup 0): warp 0 issues the TMA loads, warp 1 the dQ reductions,
-  // warps 2 and 3 fetch the row statistics.
-  static constexpr int kStatsWarp = 2;
-  static constexpr int kStatsThreads = 64;
-  // setmaxnreg budgets: 384 threads launch with 168 registers; the producer's 144 freed per thread
-  // are the consumers' 72 more (24 * 128 + 240 * 256 = 168 * 384).
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
-  static_assert(kProducerRegs * kThreadsPerWarpGroup + kConsumerRegs * kNumMmaThreads <= 65536,
-                "register budgets exceed the register file");
   static constexpr int kKeysPerWarpGroup = kBlockN / kNumMmaWarpGroups;
   static_assert(kKeysPerWarpGroup == 64, "one 64-row wgmma slab of keys per warpgroup");
 
@@ -61,10 +49,6 @@ struct BwdTraits {
   static constexpr bool kScaledDs = cute::is_same_v<Element, cutlass::bfloat16_t>;
   static constexpr bool kSplitD = false;  // the consumers split the keys (bwd_split_traits_sm90.h splits D)
   using ElementdQ = cutlass::half_t;  // the dQ GEMM's operands
-
-  using Int_M = cute::Int<kBlockM>;
-  using Int_N = cute::Int<kBlockN>;
-  using Int_D = cute::Int<kHeadDim>;
 
   // S^T = K Q^T and dP^T = V dO^T: (keys x queries x D), both operands K-major in shared memory.
   using TileShapeSdP = cute::Shape<Int_N, Int_M, Int_D>;
@@ -87,18 +71,6 @@ struct BwdTraits {
                                  cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_1, cute::_2, cute::_1>>{}));
 
-  using SmemAtomK = cute::GMMA::Layout_K_SW128_Atom<Element>;  // 8 x 64 elements, D contiguous
-  static_assert(kHeadDim % cute::size<1>(SmemAtomK{}) == 0, "head dim must be a multiple of the swizzle row");
-  using SmemLayoutKV = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_N, Int_D>{}));
-  // K^T (D x keys) over K's bytes: the B operand of dQ = dS K.
-  using SmemLayoutKt = decltype(cute::composition(
-      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_N>{}, cute::Step<cute::_2, cute::_1>{})));
-  using SmemLayoutQdO = decltype(cute::tile_to_shape(
-      SmemAtomK{}, cute::Shape<Int_M, Int_D, cute::Int<kStages>>{}));
-  // Q^T / dO^T (D x queries x stages): the B operands of dK += dS^T Q and dV += P^T dO.
-  using SmemLayoutQdOt = decltype(cute::composition(
-      SmemLayoutQdO{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_M, cute::Int<kStages>>{},
-                                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
   // dS (queries x keys x buffer), queries contiguous: written from the dS^T accumulators (whose
   // register pairs are adjacent queries) and read as the MN-major A operand of dQ = dS K.
   using SmemAtomdS = cute::GMMA::Layout_MN_SW128_Atom<ElementdQ>;  // 64 x 8 elements, queries contiguous
@@ -118,28 +90,12 @@ struct BwdTraits {
   using SmemLayoutdQ = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, Int_D>{}));
   using SmemLayoutdQBox = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, cute::Int<kDqBoxCols>>{}));
 
-  // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
-  using ShapeQKV = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
-  using StrideQKV = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
-  using GmemLayoutQKV = cute::Layout<ShapeQKV, StrideQKV>;
-  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
-                                                GmemLayoutQKV{}));
   using GmemTensordQ = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<float*>(nullptr)),
                                                   GmemLayoutQKV{}));
-  using TmaLoadQdO = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
-                                                  cute::take<0, 2>(SmemLayoutQdO{}), cute::Shape<Int_M, Int_D>{},
-                                                  cute::_1{}));
-  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
-                                                 cute::Shape<Int_N, Int_D>{}, cute::_1{}));
   // dq_accum [B * Sq][Hq][D] viewed as (Sq, D, Hq, B): a box past Sq is clipped, not added.
   using TmaReducedQ = decltype(cute::make_tma_copy(cute::SM90_TMA_REDUCE_ADD{}, GmemTensordQ{}, SmemLayoutdQBox{},
                                                    cute::Shape<Int_M, cute::Int<kDqBoxCols>>{}, cute::_1{}));
 
-  static constexpr uint32_t kTmaBytesQ = sizeof(Element) * kBlockM * kHeadDim;
-  static constexpr uint32_t kTmaBytesKV = sizeof(Element) * kBlockN * kHeadDim;
-
-  // 1024-byte alignment: the period of the 128-byte swizzle, which TMA and wgmma both assume.
-  static constexpr int kSmemAlign = 1024;
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> v;

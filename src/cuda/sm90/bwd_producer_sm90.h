@@ -24,6 +24,25 @@ __device__ __forceinline__ uint32_t stage_free_parity(int step) {
   return static_cast<uint32_t>((step / Traits::kStages - 1) & 1);
 }
 
+// One thread, before the block's first __syncthreads: prefetches the load descriptors and
+// initialises the barriers of the loads (K and V; each stage's Q / dO and row statistics; each
+// stage's release by the consumers). The kernel adds its own and fences.
+template <class Traits>
+__device__ __forceinline__ void init_load_barriers(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s) {
+  using cutlass::arch::ClusterBarrier;
+  cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
+  cute::prefetch_tma_descriptor(kp.tma_do.get_tma_descriptor());
+  cute::prefetch_tma_descriptor(kp.tma_k.get_tma_descriptor());
+  cute::prefetch_tma_descriptor(kp.tma_v.get_tma_descriptor());
+  ClusterBarrier::init(&s.kv_full, 1);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < Traits::kStages; ++i) {
+    ClusterBarrier::init(&s.qdo_full[i], 1);
+    ClusterBarrier::init(&s.stats_full[i], Traits::kStatsThreads);
+    ClusterBarrier::init(&s.stage_empty[i], Traits::kNumMmaThreads);
+  }
+}
+
 // One thread: K and V of the block's key tile, then Q and dO of every step into its stage.
 template <class Traits>
 __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s,

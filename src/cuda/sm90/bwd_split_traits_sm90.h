@@ -16,51 +16,36 @@
 #pragma once
 #include <cstdint>
 
-#include <cute/tensor.hpp>
-#include <cute/atom/copy_atom.hpp>
-#include <cute/atom/mma_atom.hpp>
-#include <cutlass/cutlass.h>
-#include <cutlass/numeric_types.h>
+#include "bwd_traits_base_sm90.h"
 
 namespace flashtrain::cuda::sm90 {
 
 template <int kHeadDim_, typename Element_>
-struct BwdSplitTraits {
-  using Element = Element_;
-  using ElementAccum = float;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kDimQK = kHeadDim;  // the names sm80::store_dkv / accumulate_dq read
-  static constexpr int kDimV = kHeadDim;
-  static constexpr int kDqChunk = kHeadDim;
+struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2> {
+  using Base = BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2>;
+  using typename Base::Element;
+  using typename Base::ElementAccum;
+  using typename Base::Int_M;
+  using typename Base::Int_N;
+  using typename Base::Int_D;
+  using typename Base::SmemAtomK;
+  using typename Base::SmemLayoutKV;
+  using typename Base::SmemLayoutQdO;
+  using Base::kHeadDim;
+  using Base::kBlockM;
+  using Base::kBlockN;
+  using Base::kStages;
+  using Base::kNumMmaWarpGroups;
+  using Base::kSmemAlign;
   static_assert(kHeadDim == 256, "sm90 split-D backward: head dim 256");
-  static_assert(cute::is_same_v<Element, cutlass::half_t> || cute::is_same_v<Element, cutlass::bfloat16_t>,
-                "sm90 backward: element type must be fp16 or bf16");
+  static constexpr int kDqChunk = kHeadDim;  // sm80::accumulate_dq adds the whole row at once
   static constexpr bool kSplitD = true;
   static constexpr bool kScaledDs = false;  // bwd_fetch_stats: no fp16 dS scales
   using ElementdQ = Element;
 
-  static constexpr int kBlockM = 64;   // query rows per step
-  static constexpr int kBlockN = 64;   // key rows per block
-  static constexpr int kStages = 2;    // Q / dO / row-statistics buffers
   static constexpr int kStagesPdS = 2;  // P^T and dS^T buffers: step t writes t % 2
-  static constexpr int kNumMmaWarpGroups = 2;
-  static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
-  static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
-  static constexpr int kNumThreads = kNumMmaThreads + kThreadsPerWarpGroup;  // + the producer warpgroup
-  // Producer warpgroup: warp 0 issues the TMA loads, warps 2 and 3 fetch the row statistics
-  // (bwd_producer_sm90.h); warp 1 has no dQ tile to reduce here.
-  static constexpr int kStatsWarp = 2;
-  static constexpr int kStatsThreads = 64;
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
-  static_assert(kProducerRegs * kThreadsPerWarpGroup + kConsumerRegs * kNumMmaThreads <= 65536,
-                "register budgets exceed the register file");
   static constexpr int kColsPerWarpGroup = kHeadDim / kNumMmaWarpGroups;
   static constexpr int kQueriesPerWarpGroup = kBlockM / kNumMmaWarpGroups;
-
-  using Int_M = cute::Int<kBlockM>;
-  using Int_N = cute::Int<kBlockN>;
-  using Int_D = cute::Int<kHeadDim>;
   using WarpGroupsAlongN = cute::Layout<cute::Shape<cute::_1, cute::Int<kNumMmaWarpGroups>, cute::_1>>;
 
   // S^T = K Q^T and dP^T = V dO^T: (keys x queries x D), both operands K-major; the warpgroups
@@ -83,17 +68,6 @@ struct BwdSplitTraits {
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>(),
       WarpGroupsAlongN{}));
 
-  using SmemAtomK = cute::GMMA::Layout_K_SW128_Atom<Element>;  // 8 x 64 elements, the inner dim contiguous
-  static_assert(kHeadDim % cute::size<1>(SmemAtomK{}) == 0, "head dim must be a multiple of the swizzle row");
-  using SmemLayoutKV = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_N, Int_D>{}));
-  // K^T (D x keys) over K's bytes: the B operand of dQ = dS K.
-  using SmemLayoutKt = decltype(cute::composition(
-      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_N>{}, cute::Step<cute::_2, cute::_1>{})));
-  using SmemLayoutQdO = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_M, Int_D, cute::Int<kStages>>{}));
-  // Q^T / dO^T (D x queries x stages): the B operands of dK += dS^T Q and dV += P^T dO.
-  using SmemLayoutQdOt = decltype(cute::composition(
-      SmemLayoutQdO{}, cute::make_ordered_layout(cute::Shape<Int_D, Int_M, cute::Int<kStages>>{},
-                                                 cute::Step<cute::_2, cute::_1, cute::_3>{})));
   // P^T and dS^T (keys x queries x buffer), queries contiguous: the A operands of the dV / dK GEMMs.
   static_assert(kBlockM == cute::size<1>(SmemAtomK{}), "one swizzle row of queries");
   using SmemLayoutPdS = decltype(cute::tile_to_shape(SmemAtomK{}, cute::Shape<Int_N, Int_M, cute::Int<kStagesPdS>>{}));
@@ -102,24 +76,9 @@ struct BwdSplitTraits {
       SmemLayoutPdS{}, cute::make_ordered_layout(cute::Shape<Int_M, Int_N, cute::Int<kStagesPdS>>{},
                                                  cute::Step<cute::_2, cute::_1, cute::_3>{})));
 
-  // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
-  using ShapeQKV = cute::Shape<int32_t, int32_t, int32_t, int32_t>;
-  using StrideQKV = cute::Stride<int64_t, cute::_1, int64_t, int64_t>;
-  using GmemLayoutQKV = cute::Layout<ShapeQKV, StrideQKV>;
-  using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
-                                                GmemLayoutQKV{}));
-  using TmaLoadQdO = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
-                                                  cute::take<0, 2>(SmemLayoutQdO{}), cute::Shape<Int_M, Int_D>{},
-                                                  cute::_1{}));
-  using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
-                                                 cute::Shape<Int_N, Int_D>{}, cute::_1{}));
   struct NoDqTma {};  // dQ goes into dq_accum by atomics, not TMA reductions
   using TmaReducedQ = NoDqTma;
 
-  static constexpr uint32_t kTmaBytesQ = sizeof(Element) * kBlockM * kHeadDim;
-  static constexpr uint32_t kTmaBytesKV = sizeof(Element) * kBlockN * kHeadDim;
-
-  static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle's period
   // K 32 + V 32 + Q 64 + dO 64 + P^T 16 + dS^T 16 = 224 KB of the 227 KB a block may use.
   struct SharedStorage {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutKV>, kSmemAlign> k;
