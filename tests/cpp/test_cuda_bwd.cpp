@@ -79,7 +79,8 @@ TEST_P(CudaBackward, DeterministicWindowVarlenBitwise) {
 
 // Deterministic self-attention, the shape the rotated dQ schedule takes (tile_range.h): equal
 // lengths, no window, causal or not, several Q and KV tiles (S not a multiple of either tile),
-// GQA; the sm90 head dims and the sm80-only ones (96, 192, 256). Bitwise repeatable and accurate.
+// GQA; the sm90 head dims (64, 128, 256) and the sm80-only ones (96, 192). Bitwise repeatable and
+// accurate.
 TEST_P(CudaBackward, DeterministicSelfAttentionBitwise) {
   int ran = 0;
   for (int d : {64, 128, 96, 192, 256}) {

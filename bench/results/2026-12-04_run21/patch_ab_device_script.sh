@@ -6,13 +6,19 @@
 # Before the call (here): git worktree add --detach .ab/main HEAD
 # Usage (device, carry [".cutlass", ".gtest", ".ab"]):
 #   PATCH=dq_lag.patch COMMIT=<HEAD> bash bench/results/2026-12-04_run21/patch_ab_device_script.sh $OUT
-# PATCH: a file in this folder (dq_lag.patch: dQ(t) added in step t + 1 behind its GEMMs;
-# dq_float4.patch: dQ added with 16-byte vector atomics after a lane-pair shuffle).
+# PATCH: files in this folder, applied in order (dq_lag.patch: dQ(t) added in step t + 1 behind its
+# GEMMs; dq_float4.patch: dQ added with 16-byte vector atomics after a lane-pair shuffle;
+# dq_det_defer.patch: the deterministic kernel passes its dQ turn on in the next step; float4 then
+# det_defer apply together, the second with fuzz).
 set -u
 here=bench/results/2026-12-04_run21
-name=${PATCH:?PATCH=<file in $here>}
-{ git apply "$here/$name" 2>/dev/null || patch -p1 < "$here/$name"; } || { echo "$name does not apply"; exit 1; }
-label="${COMMIT:-HEAD}+${name%.patch}"
+patches=${PATCH:?PATCH=<file in $here>[ <file> ...]}
+name=""
+for p in $patches; do
+  { git apply "$here/$p" 2>/dev/null || patch -p1 -F3 < "$here/$p"; } || { echo "$p does not apply"; exit 1; }
+  name="${name:+$name+}${p%.patch}"
+done
+label="${COMMIT:-HEAD}+$name"
 o=/tmp/ab; mkdir -p $o
 t0=$SECONDS
 BUILD_JOBS=16 STEP_LIMIT=200 timeout 470 scripts/gpu_ab.sh $o .ab/main --label-b "${COMMIT:-landed}" --tests-on a --hdims '256' \
@@ -26,5 +32,5 @@ if [[ -f build-ab-a/python/flashtrain/libflashtrain_torch.so && $SECONDS -lt 500
     --seqlens 2048,8192,16384 --dtypes bf16,fp16 --deterministic --json $o/d256.json --markdown $o/d256.md > $o/d256.log 2>&1
   echo "d256 grid: exit $? ($((SECONDS - t0)) s)" >> $o/times.txt
 fi
-tar czf "$1/${name%.patch}.tgz" -C /tmp ab
+tar czf "$1/$name.tgz" -C /tmp ab
 cat $o/summary.txt $o/times.txt; cat $o/ab.md; cat $o/d256.md
