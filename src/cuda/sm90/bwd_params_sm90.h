@@ -66,17 +66,17 @@ struct BwdWalk {
 };
 
 // The walk of key tile n_block (keys [n0, n0 + kBlockN)) over the kBlockM-row Q tiles that see it,
-// for each query head of the block's head unit head_z: a chunk of KV head hk's group. The key range
+// for each query head of the block's chunk of its KV head's group, from hq_begin on. The key range
 // is the whole tile, not clipped at len_k, so that first_key_tile() inverts it.
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ BwdWalk make_bwd_walk(const sm80::BwdParams& p, const MaskSpec& mask, int len_q,
-                                                 int n_block, int n0, int hk, int head_z) {
+                                                 int n_block, int n0, int hq_begin) {
   BwdWalk walk;
   walk.m_tiles = visible_query_tiles(mask, n0, n0 + kBlockN, len_q, kBlockM);
   const int m_count = walk.m_tiles.empty() ? 0 : walk.m_tiles.end - walk.m_tiles.begin;
   walk.num_steps = m_count * p.heads_per_chunk;
   walk.start = walk.m_tiles.begin + dq_walk_offset(p.dq_rotated, n_block, walk.m_tiles, kBlockM, kBlockN);
-  walk.first = DqWalkPos{hk * p.group + (head_z % p.head_chunks) * p.heads_per_chunk, walk.start};
+  walk.first = DqWalkPos{hq_begin, walk.start};
   return walk;
 }
 

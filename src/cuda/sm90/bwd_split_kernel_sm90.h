@@ -59,11 +59,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   int n_block, b, head_z;
   bwd_block_coords(kp, p.heads_k * p.head_chunks, n_block, b, head_z);
   const int hk = head_z / p.head_chunks;
+  const int hq_begin = hk * p.group + (head_z % p.head_chunks) * p.heads_per_chunk;
   const sm80::SeqGeometry geo(p, b);
   const int n0 = n_block * kBlockN;
   if (n0 >= geo.len_k) return;
   const MaskSpec mask = geo.mask(p);
-  const BwdWalk walk = make_bwd_walk<kBlockM, kBlockN>(p, mask, geo.len_q, n_block, n0, hk, head_z);
+  const BwdWalk walk = make_bwd_walk<kBlockM, kBlockN>(p, mask, geo.len_q, n_block, n0, hq_begin);
   const int num_steps = walk.num_steps;
 
   const int warp = tid / 32;
@@ -154,12 +155,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::wait(&s.stats_full[stage], stage_parity);
     const float* stage_lse2 = s.lse_log2[stage];
     const float* stage_dsum = s.dsum[stage];
-    const bool interior = tile_is_interior<kBlockM, kBlockN>(mask, m0, n0, geo.len_q);
+    // Keys outside a query row's window need masking unless every row of the tile sees every
+    // key of the tile (rows past Sq have lse = +inf, so their P is 0 anyway).
+    const int last_row = (m0 + kBlockM < geo.len_q ? m0 + kBlockM : geo.len_q) - 1;
+    const bool interior = mask.col_begin(last_row) <= n0 && mask.col_end(m0) >= n0 + kBlockN;
 
     warpgroup_wait<1>();  // S^T landed; dP^T may still be in flight
     warpgroup_fence_operand(tSrS);
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
-    probabilities_t(scores, coords, stage_lse2, p.scale_log2, mask, interior, m0, n0, geo.len_q);
+    if (interior) {
+      probabilities_t<false>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+    } else {
+      probabilities_t<true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+    }
     publish(tSrS, p_smem, buf, BwdSplitBarrier::kPWritten);
     wgmma_gemm<false, -1>(mma_dkv, tdVrP(_, _, _, buf), tdVrdOt(_, _, _, stage), acc_dv);
 
