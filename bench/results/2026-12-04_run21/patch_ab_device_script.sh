@@ -3,14 +3,16 @@
 # call: the patch applied to this tree (A) against a worktree of the same commit (B, .ab/main).
 # The CUDA tests on A (D 64 / 128 cases skip), racecheck, the A/B, then A against cuDNN and
 # FlashAttention-2 at D 256.
-# Before the call (here): git worktree add --detach .ab/main HEAD
+# Before the call (here): git worktree add --detach .ab/main HEAD; scripts/fetch_cutlass.sh and
+# scripts/pack_gtest.sh make .cutlass and .gtest
 # Usage (device, carry [".cutlass", ".gtest", ".ab"]):
-#   PATCH=dq_lag.patch COMMIT=<HEAD> bash bench/results/2026-12-04_run21/patch_ab_device_script.sh $OUT
+#   PATCH=dq_lag.patch COMMIT=<HEAD> bash bench/results/2026-12-04_run21/patch_ab_device_script.sh OUTDIR
 # PATCH: files in this folder, applied in order (dq_lag.patch: dQ(t) added in step t + 1 behind its
 # GEMMs; dq_float4.patch: dQ added with 16-byte vector atomics after a lane-pair shuffle;
 # dq_det_defer.patch: the deterministic kernel passes its dQ turn on in the next step; float4 then
 # det_defer apply together, the second with fuzz).
 set -u
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 here=bench/results/2026-12-04_run21
 patches=${PATCH:?PATCH=<file in $here>[ <file> ...]}
 name=""
