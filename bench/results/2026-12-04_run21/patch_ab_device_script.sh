@@ -34,5 +34,5 @@ if [[ -f build-ab-a/python/flashtrain/libflashtrain_torch.so && $SECONDS -lt 500
     --seqlens 2048,8192,16384 --dtypes bf16,fp16 --deterministic --json $o/d256.json --markdown $o/d256.md > $o/d256.log 2>&1
   echo "d256 grid: exit $? ($((SECONDS - t0)) s)" >> $o/times.txt
 fi
-tar czf "$1/$name.tgz" -C /tmp ab
+tar czf "$1/${name//+/_}.tgz" -C /tmp ab  # the device refuses "+" in a returned name
 cat $o/summary.txt $o/times.txt; cat $o/ab.md; cat $o/d256.md

@@ -2,9 +2,12 @@
 # Regenerates bench/RESULTS.md from the run files (run from the repository root).
 set -euo pipefail
 R=bench/results
-python3 bench/make_results.py --gpu "NVIDIA H200" --date 2026-12-04 \
- --commit "4473c5c (run 19 grid, D 64 / 128; the kernels on main but the D 64 default bf16 backward, 2.5-8% faster at S >= 4k since 18cc97c by run 20 call 4); D 256 rows from run 21 (split-D backward); older sections marked" \
- --command "bash bench/results/2026-12-04_run21/make_results.sh; the runs: bench/results/2026-12-04_run21/about.txt, 2026-12-04_run20/about.txt and 2026-12-04_run19/about.txt (run18, run17, run16, run15, run14, run13, run12, run7 about.txt for the older sections)" \
+python3 bench/make_results.py --gpu "NVIDIA H200" --date 2026-12-05 \
+ --commit "35587cc (run 22 grid: D 64 / 128 / 256, S 2k-16k; the kernels on main); older sections marked" \
+ --command "bash bench/results/2026-12-05_run22/make_results.sh; the runs: bench/results/2026-12-05_run22/about.txt, 2026-12-04_run21/about.txt, 2026-12-04_run20/about.txt and 2026-12-04_run19/about.txt (run18, run17, run16, run15, run14, run13, run12, run7 about.txt for the older sections)" \
+ --section "Attention fwd and bwd against torch SDPA flash (FlashAttention-2) and cuDNN, S 2k-16k, D 64 / 128 / 256, run 22 call 1 at 35587cc (D 256: the sm90 split-D backward), every backend and flashtrain's deterministic and precision \"high\" backward timed in alternation rep by rep (plot: results/2026-12-05_run22/call1/bench.png)=$R/2026-12-05_run22/call1/bench.md" \
+ --section "Not landed: D 256 dQ by 16-byte atomics (dq_float4.patch) and the deterministic kernel's dQ turn passed on a step later (dq_det_defer.patch) against 35587cc, run 22 call 2 (speed columns base / this: below 1 means this is faster)=$R/2026-12-05_run22/call2/ab.md" \
+ --section "Not landed: D 256 dQ added a step late, behind the next step's GEMMs (dq_lag.patch), against 35587cc, run 22 call 3 (below 1 means this is faster)=$R/2026-12-05_run22/call3/ab.md" \
  --section "Attention fwd and bwd against torch SDPA flash (FlashAttention-2) and cuDNN, full grid, run 19 at 4473c5c, every backend and flashtrain's deterministic and precision \"high\" backward timed in alternation rep by rep (bench_attention.py since 964d9a3), D 256 not built in this run (plot: results/2026-12-04_run19/bench.png)=$R/2026-12-04_run19/bench.md" \
  --section "D 256 against torch SDPA flash (FlashAttention-2) and cuDNN with the sm90 split-D backward (src/cuda/sm90/bwd_split_kernel_sm90.h), run 21 call 1 at 0918983 (the kernel that landed; call 2 reran its tests at 8e53007)=$R/2026-12-04_run21/call1/d256_call1.md" \
  --section "The sm90 split-D D 256 backward against main's sm80 one (deb4ff0), run 21 call 1 (speed columns main / this: below 1 means this is faster)=$R/2026-12-04_run21/call1/ab_call1_split_over_main.md" \
