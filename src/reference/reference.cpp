@@ -2,6 +2,8 @@
 // Rounding::kInputDtype models a plain PyTorch implementation in the input dtype, the baseline of
 // DESIGN.md §4's error rule: every tensor it would materialise is rounded to the input dtype, and
 // every sum (the matrix products' accumulators) is carried in fp32, as the GEMMs do.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -53,8 +55,10 @@ HeadState compute_head(const Problem& pb, int64_t b, int64_t h, const Rounder& r
   st.p.assign(sq * sk, 0.0);
   st.keep.assign(sq * sk, 1.0);
   st.lse.assign(sq, kNegInf);
-  std::vector<double> qrow(dqk), krow(dqk);
+  // Rows are independent; inside forward()'s loop over heads (already parallel) this runs serially.
+#pragma omp parallel for schedule(dynamic, 8)
   for (int64_t i = 0; i < sq; ++i) {
+    std::vector<double> qrow(dqk), krow(dqk);
     load_row(pb.q, element_offset(pb, pb.sq, true, b, i, h), dqk, qrow.data());
     double row_max = kNegInf;
     for (int64_t j = 0; j < sk; ++j) {
@@ -95,14 +99,16 @@ void store_lse(const Problem& pb, int64_t b, int64_t h, const HeadState& st) {
 void forward(const Problem& pb, Rounding rounding) {
   const Rounder rnd{pb.dtype, rounding == Rounding::kInputDtype};
   const int64_t n_heads = pb.batch * pb.heads_q;
-#pragma omp parallel for schedule(dynamic, 1)
+  // One task per (batch, query head) when they keep every thread busy; otherwise heads one after
+  // another with their rows in parallel (nested regions run serially).
+#pragma omp parallel for schedule(dynamic, 1) if (n_heads >= omp_get_max_threads())
   for (int64_t bh = 0; bh < n_heads; ++bh) {
     const int64_t b = bh / pb.heads_q, h = bh % pb.heads_q, kh = h / pb.group();
     const HeadState st = compute_head(pb, b, h, rnd);
     const int64_t dv = pb.dim_v;
-    std::vector<double> acc(dv), vrow(dv);
+#pragma omp parallel for schedule(dynamic, 8)
     for (int64_t i = 0; i < st.sq; ++i) {
-      std::fill(acc.begin(), acc.end(), 0.0);
+      std::vector<double> acc(dv, 0.0), vrow(dv);
       for (int64_t j = 0; j < st.sk; ++j) {
         const double pd = rnd(st.p[i * st.sk + j] * st.keep[i * st.sk + j]);
         if (pd == 0.0) continue;
@@ -120,8 +126,12 @@ void backward(const Problem& pb, Rounding rounding) {
   const Rounder rnd{pb.dtype, rounding == Rounding::kInputDtype};
   const int64_t dqk = pb.dim_qk, dv = pb.dim_v;
   const int64_t n_kv_heads = pb.batch * pb.heads_k;
-  // One task per (batch, KV head): it owns dk/dv of that head and dq of its query heads.
-#pragma omp parallel for schedule(dynamic, 1)
+  // One task per (batch, KV head): it owns dk/dv of that head and dq of its query heads. The tasks
+  // run in parallel when they keep every thread busy; otherwise one after another, each spreading
+  // its rows and keys over the threads (nested regions run serially). Every sum is taken in the
+  // same order either way: dk and dv of key j over the query heads, then the rows, in order; dq of
+  // row i over the keys in order.
+#pragma omp parallel for schedule(dynamic, 1) if (n_kv_heads >= omp_get_max_threads())
   for (int64_t bkh = 0; bkh < n_kv_heads; ++bkh) {
     const int64_t b = bkh / pb.heads_k, kh = bkh % pb.heads_k;
     const int64_t sq = pb.seqlen_q(b), sk = pb.seqlen_k(b);
@@ -131,23 +141,21 @@ void backward(const Problem& pb, Rounding rounding) {
       load_row(pb.k, element_offset(pb, pb.sk, false, b, j, kh), dqk, &k[j * dqk]);
       load_row(pb.v, element_offset(pb, pb.sv, false, b, j, kh), dv, &v[j * dv]);
     }
+    // Per (i, j) of the current query head: the dropped P that dV takes and dS * scale.
+    std::vector<double> pd(sq * sk), gs(sq * sk);
     for (int64_t h = kh * pb.group(); h < (kh + 1) * pb.group(); ++h) {
       HeadState st = compute_head(pb, b, h, rnd);
-      if (rnd.active) {
-        // The baseline's backward, like any method that saves lse in the API's fp32 format, sees
-        // P through that rounded lse; at |lse| ~ 1e3 its last bit alone moves P by ~1e-4.
-        for (int64_t i = 0; i < sq; ++i) {
-          if (st.lse[i] == kNegInf) continue;
-          const double lse32 = static_cast<float>(st.lse[i]);
-          for (int64_t j = 0; j < sk; ++j) st.p[i * sk + j] = rnd(std::exp(st.s[i * sk + j] - lse32));
-        }
-      }
+#pragma omp parallel for schedule(dynamic, 8)
       for (int64_t i = 0; i < sq; ++i) {
         load_row(pb.q, element_offset(pb, pb.sq, true, b, i, h), dqk, &q[i * dqk]);
         load_row(pb.dout, element_offset(pb, pb.sdo, true, b, i, h), dv, &dout[i * dv]);
-      }
-      std::vector<double> dq(sq * dqk, 0.0), dp(sk);
-      for (int64_t i = 0; i < sq; ++i) {
+        // The baseline's backward, like any method that saves lse in the API's fp32 format, sees
+        // P through that rounded lse; at |lse| ~ 1e3 its last bit alone moves P by ~1e-4.
+        if (rnd.active && st.lse[i] != kNegInf) {
+          const double lse32 = static_cast<float>(st.lse[i]);
+          for (int64_t j = 0; j < sk; ++j) st.p[i * sk + j] = rnd(std::exp(st.s[i * sk + j] - lse32));
+        }
+        std::vector<double> dp(sk);
         double rowsum = 0.0;  // D_i = sum_j P_ij dP_ij  (= rowsum(dO * O))
         for (int64_t j = 0; j < sk; ++j) {
           double g = 0.0;
@@ -157,26 +165,36 @@ void backward(const Problem& pb, Rounding rounding) {
         }
         for (int64_t j = 0; j < sk; ++j) {
           const double pij = st.p[i * sk + j];
-          const double pd = rnd(pij * st.keep[i * sk + j]);
-          for (int64_t d = 0; d < dv; ++d)
-            dvacc[j * dv + d] = rnd.acc(dvacc[j * dv + d] + pd * dout[i * dv + d]);
+          pd[i * sk + j] = rnd(pij * st.keep[i * sk + j]);
           if (pij == 0.0) continue;
           double ds = rnd(pij * (dp[j] - rowsum));
           if (pb.softcap > 0.0) {
             const double t = st.tanh_s[i * sk + j];
             ds = rnd(ds * (1.0 - t * t));
           }
-          const double g = ds * pb.scale;
-          for (int64_t d = 0; d < dqk; ++d) {
-            dq[i * dqk + d] = rnd.acc(dq[i * dqk + d] + g * k[j * dqk + d]);
-            dk[j * dqk + d] = rnd.acc(dk[j * dqk + d] + g * q[i * dqk + d]);
-          }
+          gs[i * sk + j] = ds * pb.scale;
         }
       }
+#pragma omp parallel for schedule(dynamic, 8)
+      for (int64_t j = 0; j < sk; ++j) {
+        for (int64_t i = 0; i < sq; ++i) {
+          const double pdij = pd[i * sk + j];
+          for (int64_t d = 0; d < dv; ++d) dvacc[j * dv + d] = rnd.acc(dvacc[j * dv + d] + pdij * dout[i * dv + d]);
+          if (st.p[i * sk + j] == 0.0) continue;
+          const double g = gs[i * sk + j];
+          for (int64_t d = 0; d < dqk; ++d) dk[j * dqk + d] = rnd.acc(dk[j * dqk + d] + g * q[i * dqk + d]);
+        }
+      }
+#pragma omp parallel for schedule(dynamic, 8)
       for (int64_t i = 0; i < sq; ++i) {
+        std::vector<double> dq(dqk, 0.0);
+        for (int64_t j = 0; j < sk; ++j) {
+          if (st.p[i * sk + j] == 0.0) continue;
+          const double g = gs[i * sk + j];
+          for (int64_t d = 0; d < dqk; ++d) dq[d] = rnd.acc(dq[d] + g * k[j * dqk + d]);
+        }
         const int64_t o = element_offset(pb, pb.sdq, true, b, i, h);
-        for (int64_t d = 0; d < dqk; ++d)
-          store_from_double(pb.dq.data, pb.dq.dtype, o + d, rnd(dq[i * dqk + d]));
+        for (int64_t d = 0; d < dqk; ++d) store_from_double(pb.dq.data, pb.dq.dtype, o + d, rnd(dq[d]));
       }
     }
     for (int64_t j = 0; j < sk; ++j) {
