@@ -6,6 +6,9 @@
 // GPU only: skipped when no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -191,6 +194,69 @@ TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
   cases.push_back(padded);
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
   for (const check::CaseSpec& s : cases) expect_case_passes(s, Backend::kCUDA);
+}
+
+// FLASHTRAIN_BWD_CLUSTER for the scope of one run.
+class BwdClusterEnv {
+ public:
+  explicit BwdClusterEnv(const char* value) { setenv("FLASHTRAIN_BWD_CLUSTER", value, 1); }
+  ~BwdClusterEnv() { unsetenv("FLASHTRAIN_BWD_CLUSTER"); }
+};
+
+double max_abs(const std::vector<double>& a) {
+  double m = 0.0;
+  for (double x : a) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = a.size() == b.size() ? 0.0 : INFINITY;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// D 256's cluster pairs (bwd_split_kernel_sm90.h) against single blocks (FLASHTRAIN_BWD_CLUSTER=
+// off) on the shapes where a pair's blocks differ: an odd key-tile count (the pair's second block
+// past the keys), causal (the second tile walks one fully masked Q tile more; the band order pairs
+// tiles), a window (the pair walks the union of both tiles' Q tiles), one key, and varlen with an
+// empty and a short sequence (pairs wholly or half past their sequence). A block adds zeros for
+// the extra steps and keeps its order of the others, so dK and dV match bit for bit (one head per
+// KV head: no split group, whose fp32 atomics have no order); dQ's atomics have none either, so
+// dQ matches to rounding. Both runs also pass the float64 comparison.
+TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
+  auto spec = [&](const std::string& name, int64_t b, int64_t sq, int64_t sk, int64_t h) {
+    return dense_spec("D 256 " + name, b, sq, sk, h, h, 256, 256, GetParam());
+  };
+  std::vector<check::CaseSpec> cases = {spec("5 key tiles, 2 x 300 x 300", 2, 300, 300, 2),
+                                        spec("one key, 2 x 45 x 1", 2, 45, 1, 2)};
+  check::CaseSpec causal = spec("causal, 1 x 333 x 333", 1, 333, 333, 3);
+  causal.options.causal = true;
+  cases.push_back(causal);
+  check::CaseSpec window = spec("window (40, 10), 2 x 203 x 190", 2, 203, 190, 2);
+  window.options.window_left = 40;
+  window.options.window_right = 10;
+  cases.push_back(window);
+  check::CaseSpec varlen = spec("varlen causal top-left {517, 3, 260} x {700, 0, 131}", 1, 1, 1, 2);
+  varlen.seqlens_q = {517, 3, 260};
+  varlen.seqlens_k = {700, 0, 131};
+  varlen.options.causal = true;
+  varlen.options.align = CausalAlign::kTopLeft;
+  cases.push_back(varlen);
+  FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  for (const check::CaseSpec& s : cases) {
+    check::Case c(s);
+    check::Outputs single, pair;
+    {
+      BwdClusterEnv off("off");
+      single = c.run(Backend::kCUDA);
+      expect_case_passes(s, Backend::kCUDA);
+    }
+    pair = c.run(Backend::kCUDA);
+    expect_case_passes(s, Backend::kCUDA);
+    EXPECT_TRUE(bitwise_equal(single.dk, pair.dk)) << s.name << ": dk differs (max " << max_abs_diff(single.dk, pair.dk) << ")";
+    EXPECT_TRUE(bitwise_equal(single.dv, pair.dv)) << s.name << ": dv differs (max " << max_abs_diff(single.dv, pair.dv) << ")";
+    EXPECT_LE(max_abs_diff(single.dq, pair.dq), 1e-2 * max_abs(single.dq)) << s.name << ": dq";
+  }
 }
 
 // The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h; D 256: sm80::store_dkv) on its two

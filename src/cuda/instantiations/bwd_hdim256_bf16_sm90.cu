@@ -3,7 +3,7 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template void run_bwd_hdim<cutlass::bfloat16_t, 256>(const Problem& problem, const BwdTensorStrides& strides,
-                                            void* workspace, cudaStream_t stream);
+template void run_bwd_hdim<cutlass::bfloat16_t, 256>(const Problem& problem, const BwdArgs& args, void* workspace,
+                                           cudaStream_t stream);
 
 }  // namespace flashtrain::cuda::sm90

@@ -1,6 +1,7 @@
-// What the sm90 backward's host code passes from the dispatcher (bwd_dispatch_sm90.cu) to the
+// What the sm90 backward's host code passes from the dispatcher (dispatch_sm90.cu) to the
 // per-(dtype, head dim) launchers: the Problem plus TMA-legal strides of the tensors the main
-// kernel loads. Kept free of CuTe types so the dispatcher compiles without the kernel headers.
+// kernel loads, and its launch options. Kept free of CuTe types so the dispatcher compiles
+// without the kernel headers.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -9,13 +10,16 @@
 
 namespace flashtrain::cuda::sm90 {
 
-struct BwdTensorStrides {
-  FwdStrides q, k, v, dout;
+struct BwdArgs {
+  FwdStrides q, k, v, dout;  // TMA-legal strides of the tensors the main kernel loads
+  // D = 256, default mode: the main kernel may run as cluster pairs sharing the Q / dO loads
+  // (bwd_split_kernel_sm90.h); FLASHTRAIN_BWD_CLUSTER=off turns it off (dispatch_sm90.cu).
+  bool cluster_pair = true;
 };
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in
 // src/cuda/instantiations/bwd_hdim{D}_{fp16|bf16}_sm90.cu.
 template <typename Element, int kHeadDim>
-void run_bwd_hdim(const Problem& problem, const BwdTensorStrides& strides, void* workspace, cudaStream_t stream);
+void run_bwd_hdim(const Problem& problem, const BwdArgs& args, void* workspace, cudaStream_t stream);
 
 }  // namespace flashtrain::cuda::sm90

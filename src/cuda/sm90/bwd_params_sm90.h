@@ -24,10 +24,11 @@ struct BwdKernelParams {
   // Grid order (bwd_launch_template_sm90.h). band_heads == 0: a 3-D grid (key tile, batch, head),
   // the key tiles of a head adjacent (descending under the rotated dQ walk: dq_launch_key_tile).
   // band_heads > 0: a 1-D grid walking bands of band_heads (batch, head) units, each band key tile
-  // by key tile: every unit's tile 0 of the band, then every tile 1, ...
+  // by key tile: every unit's tile 0 of the band, then every tile 1, ... (cluster pairs: every
+  // unit's tiles 0 and 1 side by side, then every unit's tiles 2 and 3, ...)
   int band_heads;
   int units;     // batch * heads per block row (the grid's y * z extent in the 3-D order)
-  int n_blocks;  // key tiles per unit
+  int n_blocks;  // key tiles per unit (cluster pairs: rounded up to even)
   uint64_t* trace;  // bwd_trace_sm90.h: a record per block, or nullptr (always, unless tracing)
 };
 
@@ -41,14 +42,17 @@ __device__ __forceinline__ void bwd_block_coords(const BwdKernelParams<Traits>& 
     head_z = static_cast<int>(blockIdx.z);
     return;
   }
+  constexpr int kCluster = Traits::kClusterN;  // the blocks of a cluster: adjacent tiles of a unit
   const int lin = static_cast<int>(blockIdx.x);
   const int per_band = kp.band_heads * kp.n_blocks;
   const int band = lin / per_band;
   const int r = lin - band * per_band;
   const int first_unit = band * kp.band_heads;
   const int units_here = min(kp.band_heads, kp.units - first_unit);
-  n_block = r / units_here;
-  const int unit = first_unit + (r - n_block * units_here);
+  const int group = r / kCluster;  // (cluster of key tiles, unit), the unit fastest
+  const int cluster = group / units_here;
+  n_block = cluster * kCluster + (r - group * kCluster);
+  const int unit = first_unit + (group - cluster * units_here);
   b = unit / heads_z;
   head_z = unit - b * heads_z;
 }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cmath>
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
@@ -40,18 +41,26 @@ __device__ __forceinline__ void init_load_barriers(const BwdKernelParams<Traits>
     ClusterBarrier::init(&s.qdo_full[i], 1);
     ClusterBarrier::init(&s.stats_full[i], Traits::kStatsThreads);
     ClusterBarrier::init(&s.stage_empty[i], Traits::kNumMmaThreads);
+    if constexpr (Traits::kClusterN > 1) ClusterBarrier::init(&s.peer_empty[i], Traits::kClusterN - 1);
   }
 }
 
-// One thread: K and V of the block's key tile, then Q and dO of every step into its stage.
+// One thread: K and V of the block's key tile (unless !load_kv: a cluster pair's block past the
+// keys, which only serves its half of the Q / dO loads), then Q and dO of every step into its
+// stage. Cluster pair (Traits::kClusterN == 2): both blocks walk the same steps; each loads its
+// half of a step's Q and dO into the stage of both blocks (TMA multicast), so before refilling a
+// stage it tells the peer that its own consumers are done with it (a remote arrive on the peer's
+// peer_empty) and waits for the peer to say the same. Each block's qdo_full still expects the
+// whole tile's bytes, half of which the peer's multicast brings.
 template <class Traits>
 __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s,
-                                               const BwdWalk& walk, int b, int hk, int n_block) {
+                                               const BwdWalk& walk, int b, int hk, int n_block, bool load_kv = true) {
   using namespace cute;
   using cutlass::arch::ClusterBarrier;
   using cutlass::arch::ClusterTransactionBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
-  {
+  constexpr bool kPair = Traits::kClusterN > 1;
+  if (load_kv) {
     Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
     Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Traits::SmemLayoutKV{});
     Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b);
@@ -66,20 +75,28 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp
   }
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdO{});
   Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdO{});
-  auto cta_q = kp.tma_q.get_slice(_0{});
-  auto cta_do = kp.tma_do.get_slice(_0{});
+  const int rank = kPair ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
+  constexpr uint16_t kEveryBlock = (1u << Traits::kClusterN) - 1;  // the multicast's targets (unused alone)
+  auto cta_q = kp.tma_q.get_slice(rank);
+  auto cta_do = kp.tma_do.get_slice(rank);
   DqWalkPos pos = walk.first;
   for (int step = 0; step < walk.num_steps; ++step) {
     const int stage = step % Traits::kStages;
-    if (step >= Traits::kStages) ClusterBarrier::wait(&s.stage_empty[stage], stage_free_parity<Traits>(step));
+    if (step >= Traits::kStages) {
+      ClusterBarrier::wait(&s.stage_empty[stage], stage_free_parity<Traits>(step));
+      if constexpr (kPair) {
+        ClusterBarrier::arrive(&s.peer_empty[stage], static_cast<uint32_t>(rank ^ 1), 1u);
+        ClusterBarrier::wait(&s.peer_empty[stage], stage_free_parity<Traits>(step));
+      }
+    }
     // TMA zero-fills rows past Sq.
     Tensor mQ = kp.tma_q.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
     Tensor mdO = kp.tma_do.get_tma_tensor(kp.shape_q)(_, _, pos.head, b);
     Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
     Tensor gdO = local_tile(mdO, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(pos.m_block, _0{}));
     ClusterTransactionBarrier::arrive_and_expect_tx(&s.qdo_full[stage], 2 * Traits::kTmaBytesQ);
-    copy(kp.tma_q.with(s.qdo_full[stage]), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
-    copy(kp.tma_do.with(s.qdo_full[stage]), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
+    copy(kp.tma_q.with(s.qdo_full[stage], kEveryBlock), cta_q.partition_S(gQ), cta_q.partition_D(sQ(_, _, stage)));
+    copy(kp.tma_do.with(s.qdo_full[stage], kEveryBlock), cta_do.partition_S(gdO), cta_do.partition_D(sdO(_, _, stage)));
     pos = walk.next(pos);
   }
 }

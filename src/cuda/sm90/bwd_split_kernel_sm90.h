@@ -15,7 +15,16 @@
 // the other may still read step t's (its dV / dK / dQ GEMMs retire at the end of its step t, before
 // it reaches step t + 1's first barrier, which comes before step t + 2's writes).
 // dK (times scale) and dV are written once at the end.
+//
+// Cluster pairs (Traits::kClusterN == 2, default mode): the blocks of key tiles 2 j and 2 j + 1 of
+// a (batch, KV head) run as one cluster and both walk the Q tiles that see either tile, in the same
+// order; each loads half of every Q / dO tile into both (bwd_load_tiles), halving those L2 reads,
+// which are half of the kernel's L2 traffic (bench/results/2026-12-05_run22: L2-bound at 82% of
+// peak). A step whose query rows do not see this block's keys runs masked (P = dS = 0). A block
+// past the keys (the pair's second under an odd tile count or a short varlen sequence) loads no
+// K / V, computes nothing and only serves its half of the loads.
 #pragma once
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -50,6 +59,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kMmaThreads = Traits::kNumMmaThreads;
   using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
   static_assert(Traits::kStagesPdS == 2, "P^T / dS^T buffers alternate by step parity");
+  constexpr int kCluster = Traits::kClusterN;
+  static_assert(kCluster == 1 || !kDeterministic, "cluster pairs: default mode (the turns' walks differ per key tile)");
 
   const sm80::BwdParams& p = kp.p;
   extern __shared__ __align__(Traits::kSmemAlign) char smem[];
@@ -62,9 +73,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int hq_begin = hk * p.group + (head_z % p.head_chunks) * p.heads_per_chunk;
   const sm80::SeqGeometry geo(p, b);
   const int n0 = n_block * kBlockN;
-  if (n0 >= geo.len_k) return;
+  // The keys of the cluster (kCluster adjacent tiles, together in or past the sequence).
+  const int cluster_n0 = n_block / kCluster * kCluster * kBlockN;
+  if (cluster_n0 >= geo.len_k) return;
+  const bool live = n0 < geo.len_k;
   const MaskSpec mask = geo.mask(p);
-  const BwdWalk walk = make_bwd_walk<kBlockM, kBlockN>(p, mask, geo.len_q, n_block, n0, hq_begin);
+  const BwdWalk walk =
+      make_bwd_walk<kBlockM, kBlockN * kCluster>(p, mask, geo.len_q, n_block / kCluster, cluster_n0, hq_begin);
   const int num_steps = walk.num_steps;
 
   const int warp = tid / 32;
@@ -72,12 +87,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     init_load_barriers<Traits>(kp, s);
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    cute::cluster_sync();  // both blocks' barriers initialised before either multicasts or arrives
+  } else {
+    __syncthreads();
+  }
 
   if (tid < Traits::kThreadsPerWarpGroup) {  // ---- the producer warpgroup
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp == 0) {
-      if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block);
+      if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block, live);
     } else if (warp >= Traits::kStatsWarp) {
       bwd_fetch_stats<Traits, /*kStatsCopyK=*/false>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
     }
@@ -85,6 +104,13 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   }
   cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int mma_tid = tid - Traits::kThreadsPerWarpGroup;
+  if (kCluster > 1 && !live) {  // past the keys: only release each stage once both halves landed
+    for (int step = 0; step < num_steps; ++step) {
+      ClusterBarrier::wait(&s.qdo_full[step % kStages], static_cast<uint32_t>((step / kStages) & 1));
+      ClusterBarrier::arrive(&s.stage_empty[step % kStages]);
+    }
+    return;
+  }
 
   // ---- shared memory ----------------------------------------------------------------------
   Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});

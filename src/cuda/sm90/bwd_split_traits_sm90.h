@@ -20,9 +20,10 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template <int kHeadDim_, typename Element_>
-struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2> {
-  using Base = BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2>;
+// kClusterN_ = 2: the cluster-pair kernel (bwd_split_kernel_sm90.h, default mode only).
+template <int kHeadDim_, typename Element_, int kClusterN_ = 1>
+struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2, kClusterN_> {
+  using Base = BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2, kClusterN_>;
   using typename Base::Element;
   using typename Base::ElementAccum;
   using typename Base::Int_M;
@@ -95,6 +96,9 @@ struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2> {
     uint64_t qdo_full[kStages];
     uint64_t stats_full[kStages];
     uint64_t stage_empty[kStages];
+    // Cluster pair: the peer block's producer tells this one that the peer's consumers are done
+    // with a stage (both blocks' copies of it are overwritten by each block's multicast).
+    uint64_t peer_empty[kStages];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");

@@ -2,8 +2,13 @@
 // consumer warpgroups split the keys, and bwd_split_traits_sm90.h, whose consumers split D): the
 // block's warpgroups and their register budgets, the K / V / Q / dO tiles in shared memory and
 // their TMA loads (bwd_producer_sm90.h).
+//
+// kClusterN_ = 2: the blocks of adjacent key tiles run as a cluster pair that walks the same Q
+// tiles; each block loads half of every Q / dO tile and TMA multicasts it into both blocks' shared
+// memory, so the L2 serves each tile once per pair (bwd_load_tiles).
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_atom.hpp>
@@ -13,7 +18,7 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template <int kHeadDim_, typename Element_, int kBlockM_, int kBlockN_, int kStages_>
+template <int kHeadDim_, typename Element_, int kBlockM_, int kBlockN_, int kStages_, int kClusterN_ = 1>
 struct BwdTraitsBase {
   using Element = Element_;
   using ElementAccum = float;
@@ -26,6 +31,8 @@ struct BwdTraitsBase {
   static constexpr int kBlockM = kBlockM_;  // query rows per step
   static constexpr int kBlockN = kBlockN_;  // key rows per block
   static constexpr int kStages = kStages_;  // Q / dO / row-statistics buffers
+  static constexpr int kClusterN = kClusterN_;  // blocks (adjacent key tiles) sharing each Q / dO load
+  static_assert(kClusterN == 1 || kClusterN == 2, "a block alone or a cluster pair");
 
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
@@ -64,9 +71,10 @@ struct BwdTraitsBase {
   using GmemLayoutQKV = cute::Layout<ShapeQKV, StrideQKV>;
   using GmemTensor = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                                 GmemLayoutQKV{}));
-  using TmaLoadQdO = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{},
-                                                  cute::take<0, 2>(SmemLayoutQdO{}), cute::Shape<Int_M, Int_D>{},
-                                                  cute::_1{}));
+  // Q and dO: each block of a cluster pair loads half of the tile into both blocks.
+  using TmaOpQdO = std::conditional_t<(kClusterN > 1), cute::SM90_TMA_LOAD_MULTICAST, cute::SM90_TMA_LOAD>;
+  using TmaLoadQdO = decltype(cute::make_tma_copy(TmaOpQdO{}, GmemTensor{}, cute::take<0, 2>(SmemLayoutQdO{}),
+                                                  cute::Shape<Int_M, Int_D>{}, cute::Int<kClusterN>{}));
   using TmaLoadKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutKV{},
                                                  cute::Shape<Int_N, Int_D>{}, cute::_1{}));
   static constexpr uint32_t kTmaBytesQ = sizeof(Element) * kBlockM * kHeadDim;

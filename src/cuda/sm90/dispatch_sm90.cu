@@ -148,15 +148,15 @@ bool try_head_dim(const FwdArgs& args, const Problem& p, cudaStream_t stream) {
 }
 
 template <int kHeadDim>
-bool try_bwd_head_dim(const Problem& p, const BwdTensorStrides& strides, void* workspace, cudaStream_t stream) {
+bool try_bwd_head_dim(const Problem& p, const BwdArgs& args, void* workspace, cudaStream_t stream) {
   if constexpr (head_dim_built(kHeadDim)) {
     if (p.dim_qk != kHeadDim) return false;
     if (p.dtype == DType::kFloat16) {
-      run_bwd_hdim<cutlass::half_t, kHeadDim>(p, strides, workspace, stream);
+      run_bwd_hdim<cutlass::half_t, kHeadDim>(p, args, workspace, stream);
       return true;
     }
     if (p.dtype == DType::kBFloat16) {
-      run_bwd_hdim<cutlass::bfloat16_t, kHeadDim>(p, strides, workspace, stream);
+      run_bwd_hdim<cutlass::bfloat16_t, kHeadDim>(p, args, workspace, stream);
       return true;
     }
   }
@@ -195,6 +195,16 @@ int key_tile(const Problem& p, const MaskSpec& mask) {
   if (std::strcmp(env, "128") == 0) return 0;
   FT_CHECK(std::strcmp(env, "long") == 0, "FLASHTRAIN_FWD_KEY_TILE='", env, "': expected 128, long or auto");
   return long_tile;
+}
+
+// BwdArgs::cluster_pair: FLASHTRAIN_BWD_CLUSTER=off (or 0) turns the cluster pairs off, auto (or
+// unset) leaves them where the launcher can run them. Read on every call, like key_tile.
+bool bwd_cluster_pair() {
+  const char* env = std::getenv("FLASHTRAIN_BWD_CLUSTER");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return true;
+  const bool off = std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0;
+  FT_CHECK(off, "FLASHTRAIN_BWD_CLUSTER='", env, "': expected auto or off");
+  return false;
 }
 
 }  // namespace
@@ -240,14 +250,15 @@ std::string bwd_refusal(const Problem& p) {
 }
 
 void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
-  BwdTensorStrides strides;
-  strides.q = fwd_strides(p.sq, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
-  strides.k = fwd_strides(p.sk, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
-  strides.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
-  strides.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
-  const bool ran = try_bwd_head_dim<64>(p, strides, workspace, stream) ||
-                   try_bwd_head_dim<128>(p, strides, workspace, stream) ||
-                   try_bwd_head_dim<256>(p, strides, workspace, stream);
+  BwdArgs args;
+  args.q = fwd_strides(p.sq, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
+  args.k = fwd_strides(p.sk, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
+  args.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
+  args.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
+  args.cluster_pair = bwd_cluster_pair();
+  const bool ran = try_bwd_head_dim<64>(p, args, workspace, stream) ||
+                   try_bwd_head_dim<128>(p, args, workspace, stream) ||
+                   try_bwd_head_dim<256>(p, args, workspace, stream);
   // bwd_refusal() rejects these first; reaching here means a caller skipped it.
   FT_CHECK(ran, "sm90 backward: no kernel for dtype ", dtype_name(p.dtype), ", head dim ", p.dim_qk,
            "; built head dims: ", FLASHTRAIN_HDIMS_BUILT);

@@ -34,8 +34,8 @@ template void run_fwd_hdim<{element}, {dim}>(const FwdArgs& args, cudaStream_t s
 
 namespace flashtrain::cuda::sm90 {{
 
-template void run_bwd_hdim<{element}, {dim}>(const Problem& problem, const BwdTensorStrides& strides,
-                                            void* workspace, cudaStream_t stream);
+template void run_bwd_hdim<{element}, {dim}>(const Problem& problem, const BwdArgs& args, void* workspace,
+                                           cudaStream_t stream);
 
 }}  // namespace flashtrain::cuda::sm90
 """,
