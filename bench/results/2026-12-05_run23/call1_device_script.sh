@@ -3,10 +3,11 @@
 # the H200: build (sm_90a, D 64;128;256, tests and the torch extension), the CUDA tests of the sm90
 # backward, the pairs against single blocks in one process (FLASHTRAIN_BWD_CLUSTER=off / auto, one
 # library), ncu of the D 256 pair kernel and of the D 128 kernel (L2 lines), racecheck and memcheck
-# of the pair test, each step skipped once the deadline would pass.
+# of the pair test, each step skipped once the deadline would pass; first bench/l2_reduce_probe.cu
+# (how fast the L2 takes fp32 additions by per-thread and bulk reductions).
 # Usage (device, carry [".cutlass", ".gtest"]): bash bench/results/2026-12-05_run23/call1_device_script.sh OUTDIR
 set -u
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 o=/tmp/v; mkdir -p $o
 t0=$SECONDS
 note() { echo "$1" | tee -a $o/summary.txt; }
@@ -20,6 +21,9 @@ cmake --build build-v -j 16 --target flashtrain_tests flashtrain_torch > $o/buil
 note "build: exit $? ($((SECONDS - t0)) s)"
 grep -h "spill" $o/build.log | grep sm90 | sort -u | head -10 >> $o/summary.txt
 lib=$PWD/build-v/python/flashtrain/libflashtrain_torch.so
+nvcc -O3 -std=c++17 -arch=sm_90a bench/l2_reduce_probe.cu -o build-v/l2_reduce_probe > $o/probe.log 2>&1 &&
+  { build-v/l2_reduce_probe; build-v/l2_reduce_probe --heads 1 --rows 16384; } >> $o/probe.log 2>&1
+note "l2 probe: exit $? ($((SECONDS - t0)) s)"; cat $o/probe.log >> $o/summary.txt
 tests=${TESTS:-'*Sm90ClusterPair*:*Sm90SplitD*:*Sm90ShapesMultiStep*:*Sm90FewStepsPerBlock*:*Sm90DkDvEpilogue*:*DeterministicSelfAttentionBitwise*:*DeterministicWindowVarlenBitwise*:*EveryHeadDimPairMultiTile*:*SplitQueryHeadGroup*'}
 timeout 170 build-v/flashtrain_tests --gtest_filter="$tests" > $o/tests.log 2>&1
 note "tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' $o/tests.log | tr '\n' ' ' | cut -c1-600)) ($((SECONDS - t0)) s)"
