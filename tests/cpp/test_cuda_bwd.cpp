@@ -216,13 +216,14 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
 }
 
 // D 256's cluster pairs (bwd_split_kernel_sm90.h) against single blocks (FLASHTRAIN_BWD_CLUSTER=
-// off) on the shapes where a pair's blocks differ: an odd key-tile count (the pair's second block
-// past the keys), causal (the second tile walks one fully masked Q tile more; the band order pairs
-// tiles), a window (the pair walks the union of both tiles' Q tiles), one key, and varlen with an
-// empty and a short sequence (pairs wholly or half past their sequence). A block adds zeros for
-// the extra steps and keeps its order of the others, so dK and dV match bit for bit (one head per
-// KV head: no split group, whose fp32 atomics have no order); dQ's atomics have none either, so
-// dQ matches to rounding. Both runs also pass the float64 comparison.
+// off), both the pairs that share the Q / dO loads only (=loads) and those that also sum dQ (=dq),
+// on the shapes where a pair's blocks differ: an odd key-tile count (the pair's second block past
+// the keys, so no dQ sum), causal (the second tile walks one fully masked Q tile more; the band
+// order pairs tiles), a window (the pair walks the union of both tiles' Q tiles), one key, and
+// varlen with an empty and a short sequence (pairs wholly or half past their sequence). A block
+// adds zeros for the extra steps and keeps its order of the others, so dK and dV match bit for bit
+// (one head per KV head: no split group, whose fp32 atomics have no order); dQ's atomics have no
+// order either, so dQ matches to rounding. Every run also passes the float64 comparison.
 TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
   auto spec = [&](const std::string& name, int64_t b, int64_t sq, int64_t sk, int64_t h) {
     return dense_spec("D 256 " + name, b, sq, sk, h, h, 256, 256, GetParam());
@@ -245,17 +246,21 @@ TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
   for (const check::CaseSpec& s : cases) {
     check::Case c(s);
-    check::Outputs single, pair;
-    {
-      BwdClusterEnv off("off");
-      single = c.run(Backend::kCUDA);
+    check::Outputs single;
+    for (const char* mode : {"off", "loads", "dq"}) {
+      BwdClusterEnv env(mode);
+      const check::Outputs out = c.run(Backend::kCUDA);
       expect_case_passes(s, Backend::kCUDA);
+      if (std::strcmp(mode, "off") == 0) {
+        single = out;
+        continue;
+      }
+      EXPECT_TRUE(bitwise_equal(single.dk, out.dk)) << s.name << ", " << mode << ": dk differs (max "
+                                                   << max_abs_diff(single.dk, out.dk) << ")";
+      EXPECT_TRUE(bitwise_equal(single.dv, out.dv)) << s.name << ", " << mode << ": dv differs (max "
+                                                   << max_abs_diff(single.dv, out.dv) << ")";
+      EXPECT_LE(max_abs_diff(single.dq, out.dq), 1e-2 * max_abs(single.dq)) << s.name << ", " << mode << ": dq";
     }
-    pair = c.run(Backend::kCUDA);
-    expect_case_passes(s, Backend::kCUDA);
-    EXPECT_TRUE(bitwise_equal(single.dk, pair.dk)) << s.name << ": dk differs (max " << max_abs_diff(single.dk, pair.dk) << ")";
-    EXPECT_TRUE(bitwise_equal(single.dv, pair.dv)) << s.name << ": dv differs (max " << max_abs_diff(single.dv, pair.dv) << ")";
-    EXPECT_LE(max_abs_diff(single.dq, pair.dq), 1e-2 * max_abs(single.dq)) << s.name << ": dq";
   }
 }
 

@@ -30,12 +30,12 @@ note "tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' $o/tests.log | tr '\n
 grep -E "^\[  FAILED  \]|Failure|differs|dq:" $o/tests.log | head -20 >> $o/summary.txt
 if (( $(left) > 100 )); then
   PYTHONPATH=$PWD/python timeout 150 python3 -u bench/ab_builds.py --a $lib --b $lib --labels single,pair \
-    --env-a FLASHTRAIN_BWD_CLUSTER=off --env-b FLASHTRAIN_BWD_CLUSTER=auto --dims ${AB_DIMS:-256} \
+    --env-a FLASHTRAIN_BWD_CLUSTER=off --env-b FLASHTRAIN_BWD_CLUSTER=${AB_MODE:-dq} --dims ${AB_DIMS:-256} \
     --seqlens 2048,8192,16384 --dtypes bf16,fp16 --markdown $o/ab.md --json $o/ab.json > $o/ab.log 2>&1
   note "A/B: exit $? ($((SECONDS - t0)) s)"
 fi
 if (( $(left) > 80 )); then
-  NCU_SOURCE=0 FLASHTRAIN_TORCH_LIBRARY=$lib timeout $(( $(left) - 60 )) bench/ncu_kernels.sh /tmp/ncu \
+  FLASHTRAIN_BWD_CLUSTER=${AB_MODE:-dq} NCU_SOURCE=0 FLASHTRAIN_TORCH_LIBRARY=$lib timeout $(( $(left) - 60 )) bench/ncu_kernels.sh /tmp/ncu \
     bwd_split_kernel_sm90:8192:256:bf16:no bwd_kernel_sm90:8192:128:bf16:no > $o/ncu.log 2>&1
   note "ncu: exit $? ($((SECONDS - t0)) s)"
   cp /tmp/ncu/ncu_summary.md $o/ 2>/dev/null

@@ -10,11 +10,14 @@
 
 namespace flashtrain::cuda::sm90 {
 
+enum class BwdCluster { kOff, kLoads, kLoadsAndDq };
+
 struct BwdArgs {
   FwdStrides q, k, v, dout;  // TMA-legal strides of the tensors the main kernel loads
-  // D = 256, default mode: the main kernel may run as cluster pairs sharing the Q / dO loads
-  // (bwd_split_kernel_sm90.h); FLASHTRAIN_BWD_CLUSTER=off turns it off (dispatch_sm90.cu).
-  bool cluster_pair = true;
+  // D = 256, default mode: the main kernel may run as cluster pairs (bwd_split_kernel_sm90.h)
+  // sharing the Q / dO loads, and also summing dQ within the pair before its atomics;
+  // FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one.
+  BwdCluster cluster = BwdCluster::kOff;
 };
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in

@@ -108,7 +108,8 @@ void raise_smem_limit(Kernel kernel, int bytes) {
                 "sm90 backward: raising the shared-memory limit to ", bytes, " bytes");
 }
 
-// D = 256 in the default mode as cluster pairs (bwd_split_kernel_sm90.h): returns false, launching
+// D = 256 in the default mode as cluster pairs (bwd_split_kernel_sm90.h; args.cluster: sharing the
+// Q / dO loads, and summing dQ in the pair unless kLoads): returns false, launching
 // nothing, where the pair does not apply (deterministic, or the rotated dQ walk: the blocks of a
 // pair must walk the same Q tiles) or where the device would not co-schedule a pair.
 template <typename Element, int kHeadDim>
@@ -118,8 +119,9 @@ bool launch_cluster_pair(const Problem& problem, const BwdArgs& args, const sm80
     return false;
   } else {
     using Traits = BwdTraitsFor<Element, kHeadDim, 2>;
-    if (!args.cluster_pair || problem.deterministic || rotated) return false;
-    auto kernel = bwd_split_kernel_sm90<Traits, false>;
+    if (args.cluster == BwdCluster::kOff || problem.deterministic || rotated) return false;
+    auto kernel = args.cluster == BwdCluster::kLoadsAndDq ? bwd_split_kernel_sm90<Traits, false, true>
+                                                           : bwd_split_kernel_sm90<Traits, false, false>;
     raise_smem_limit(kernel, Traits::kSmemBytes);
     const BwdKernelParams<Traits> kp = make_bwd_kernel_params<Traits>(problem, args, plan, workspace, false);
     cudaLaunchConfig_t config{};

@@ -23,6 +23,9 @@
 // peak). A step whose query rows do not see this block's keys runs masked (P = dS = 0). A block
 // past the keys (the pair's second under an odd tile count or a short varlen sequence) loads no
 // K / V, computes nothing and only serves its half of the loads.
+// kPairDq (both blocks inside the keys): the pair also sums dQ before adding it, each block adding
+// half of the columns for both (exchange_dq), which halves the reductions, the other half of the
+// L2 traffic.
 #pragma once
 #include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
@@ -43,7 +46,69 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template <class Traits, bool kDeterministic>
+// A pair's exchange of dQ halves (kPairDq): the bytes one warpgroup sends, its 64 x 128 fp32 share.
+template <class Traits>
+constexpr uint32_t kDqHalfBytes = Traits::kBlockM * (Traits::kHeadDim / 2) * 4;
+
+// Cluster pair summing dQ, at step `step` once both warpgroups' dQ of the step is in acc_dq:
+// block r owns dQ's columns [128 r, 128 r + 128), which its warpgroup r computes. Warpgroup 1 - r
+// sends its share of the other columns to the peer's warpgroup 1 - r, the owner there (same thread
+// layout: thread j's fragment covers the same (row, column)s in both blocks), and adds nothing
+// itself; warpgroup r receives the peer's share of its columns into acc_dq. The share travels by
+// st.async into the receiver's dO buffer of the step's stage (32 KB, as large as the share), free
+// once both of the receiver's warpgroups have completed their dV GEMMs (kDvRetired, then the
+// owner's word by a remote arrive on the sender's dq_send_free); it lands on the receiver's
+// dq_recv_full, which expects the bytes. The stage is released (stage_empty) only after the owner
+// has read it, so the producers' next multicast into it comes after.
+template <class Traits, class Acc>
+__device__ __forceinline__ void exchange_dq(typename Traits::SharedStorage& s, Acc& acc_dq, int stage, int step,
+                                            int rank, int mma_tid) {
+  using namespace cute;
+  using cutlass::arch::ClusterBarrier;
+  using cutlass::arch::ClusterTransactionBarrier;
+  using cutlass::arch::NamedBarrier;
+  constexpr int kWgThreads = Traits::kThreadsPerWarpGroup;
+  constexpr int kVecs = decltype(size(acc_dq))::value / 4;
+  static_assert(kVecs * 4 * 4 * kWgThreads == kDqHalfBytes<Traits>, "a warpgroup's dQ share is the half tile");
+  const int peer = rank ^ 1;
+  const int thread = mma_tid % kWgThreads;
+  const uint32_t parity = static_cast<uint32_t>(step & 1);
+  // Thread j's v-th four values at ((v * 128) + j) * 16 bytes: 16-byte accesses, consecutive threads adjacent.
+  const uint32_t buffer = cute::cast_smem_ptr_to_uint(s.dout.data() + stage * Traits::kBlockM * Traits::kHeadDim) +
+                          static_cast<uint32_t>(thread) * 16u;
+  NamedBarrier::sync(Traits::kNumMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDvRetired));
+  if (mma_tid / kWgThreads == rank) {  // the owner: receive
+    if (thread == 0) {
+      ClusterBarrier::arrive(&s.dq_send_free, static_cast<uint32_t>(peer), 1u);
+      ClusterTransactionBarrier::arrive_and_expect_tx(&s.dq_recv_full, kDqHalfBytes<Traits>);
+    }
+    ClusterBarrier::wait(&s.dq_recv_full, parity);
+    CUTLASS_PRAGMA_UNROLL
+    for (int v = 0; v < kVecs; ++v) {
+      float4 x;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
+                   : "r"(buffer + static_cast<uint32_t>(v * kWgThreads * 16)));
+      acc_dq(4 * v) += x.x;
+      acc_dq(4 * v + 1) += x.y;
+      acc_dq(4 * v + 2) += x.z;
+      acc_dq(4 * v + 3) += x.w;
+    }
+  } else {  // the sender
+    ClusterBarrier::wait(&s.dq_send_free, parity);
+    const uint32_t remote = cute::set_block_rank(buffer, static_cast<uint32_t>(peer));
+    const uint32_t remote_bar = cute::set_block_rank(cute::cast_smem_ptr_to_uint(&s.dq_recv_full), static_cast<uint32_t>(peer));
+    CUTLASS_PRAGMA_UNROLL
+    for (int v = 0; v < kVecs; ++v) {
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n"
+                   ::"r"(remote + static_cast<uint32_t>(v * kWgThreads * 16)), "f"(acc_dq(4 * v)), "f"(acc_dq(4 * v + 1)),
+                   "f"(acc_dq(4 * v + 2)), "f"(acc_dq(4 * v + 3)), "r"(remote_bar)
+                   : "memory");
+    }
+  }
+}
+
+template <class Traits, bool kDeterministic, bool kPairDq = false>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_split_kernel_sm90(const __grid_constant__ BwdKernelParams<Traits> kp) {
 #ifdef FLASHTRAIN_SM90_DEVICE_CODE
@@ -61,6 +126,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   static_assert(Traits::kStagesPdS == 2, "P^T / dS^T buffers alternate by step parity");
   constexpr int kCluster = Traits::kClusterN;
   static_assert(kCluster == 1 || !kDeterministic, "cluster pairs: default mode (the turns' walks differ per key tile)");
+  static_assert(!kPairDq || kCluster == 2, "dQ is summed within a cluster pair");
+  static_assert(kDqHalfBytes<Traits> == sizeof(Element) * kBlockM * kHeadDim, "a dQ half fills one dO stage");
 
   const sm80::BwdParams& p = kp.p;
   extern __shared__ __align__(Traits::kSmemAlign) char smem[];
@@ -77,6 +144,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int cluster_n0 = n_block / kCluster * kCluster * kBlockN;
   if (cluster_n0 >= geo.len_k) return;
   const bool live = n0 < geo.len_k;
+  // Both blocks of the pair inside the keys: they sum dQ (a block past the keys adds nothing).
+  const bool pair_dq = kPairDq && cluster_n0 + kBlockN < geo.len_k;
+  const int rank = kCluster > 1 ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
   const MaskSpec mask = geo.mask(p);
   const BwdWalk walk =
       make_bwd_walk<kBlockM, kBlockN * kCluster>(p, mask, geo.len_q, n_block / kCluster, cluster_n0, hq_begin);
@@ -85,6 +155,10 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   const int warp = tid / 32;
   if (warp == 0 && cute::elect_one_sync()) {
     init_load_barriers<Traits>(kp, s);
+    if constexpr (kPairDq) {
+      ClusterBarrier::init(&s.dq_recv_full, 1);
+      ClusterBarrier::init(&s.dq_send_free, 1);
+    }
     cutlass::arch::fence_barrier_init();
   }
   if constexpr (kCluster > 1) {
@@ -208,18 +282,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     wgmma_gemm<false, -1>(mma_dkv, tdKrdS(_, _, _, buf), tdKrQt(_, _, _, stage), acc_dk);
     warpgroup_wait<1>();  // dV and dQ retired; dK may still be in flight
     warpgroup_fence_operand(acc_dq);
-    int* sema = nullptr;
-    if constexpr (kDeterministic) {
-      sema = sm80::dq_semaphore(p, b, pos.head, pos.m_block);
+    if (kPairDq && pair_dq) {
+      exchange_dq<Traits>(s, acc_dq, stage, step, rank, mma_tid);
+      // The owner of these columns (warpgroup `rank`) adds the pair's sum; the other sent its share.
+      if (mma_tid / Traits::kThreadsPerWarpGroup == rank)
+        sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
+    } else if constexpr (kDeterministic) {
+      int* sema = sm80::dq_semaphore(p, b, pos.head, pos.m_block);
       if (mma_tid == 0)
         sm80::spin_until_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
       NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
-    }
-    sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
-    if constexpr (kDeterministic) {
+      sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
       __threadfence();  // every consumer's additions visible before the turn passes on
       NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
       if (mma_tid == 0) sm80::release_dq_turn(sema);
+    } else {
+      sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
     }
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc_dk);

@@ -99,6 +99,10 @@ struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2, kClusterN_
     // Cluster pair: the peer block's producer tells this one that the peer's consumers are done
     // with a stage (both blocks' copies of it are overwritten by each block's multicast).
     uint64_t peer_empty[kStages];
+    // Cluster pair summing dQ: the peer's half of this block's dQ columns has landed in the step's
+    // dO buffer (st.async bytes), and the peer's buffer may take this block's half.
+    uint64_t dq_recv_full;
+    uint64_t dq_send_free;
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");
@@ -109,6 +113,7 @@ enum class BwdSplitBarrier : uint32_t {
   kPWritten = 0,   // both warpgroups' P^T of the step in shared memory
   kDsWritten = 1,  // both warpgroups' dS^T of the step in shared memory
   kDqTurn = 2,     // kDeterministic: the step's dQ turn taken / its atomics issued
+  kDvRetired = 3,  // cluster pair summing dQ: both warpgroups' dV GEMMs of the step have completed
 };
 
 }  // namespace flashtrain::cuda::sm90

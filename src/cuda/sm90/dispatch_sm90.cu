@@ -197,14 +197,15 @@ int key_tile(const Problem& p, const MaskSpec& mask) {
   return long_tile;
 }
 
-// BwdArgs::cluster_pair: FLASHTRAIN_BWD_CLUSTER=off (or 0) turns the cluster pairs off, auto (or
-// unset) leaves them where the launcher can run them. Read on every call, like key_tile.
-bool bwd_cluster_pair() {
+// BwdArgs::cluster: FLASHTRAIN_BWD_CLUSTER=loads runs pairs that share the Q / dO loads, =dq pairs
+// that also sum dQ; off (or unset) runs single blocks: the pairs are opt-in until measured on the
+// GPU (bench/results/2026-12-05_run23/about.txt). Read on every call, like key_tile.
+BwdCluster bwd_cluster() {
   const char* env = std::getenv("FLASHTRAIN_BWD_CLUSTER");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return true;
-  const bool off = std::strcmp(env, "off") == 0 || std::strcmp(env, "0") == 0;
-  FT_CHECK(off, "FLASHTRAIN_BWD_CLUSTER='", env, "': expected auto or off");
-  return false;
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "off") == 0) return BwdCluster::kOff;
+  if (std::strcmp(env, "loads") == 0) return BwdCluster::kLoads;
+  FT_CHECK(std::strcmp(env, "dq") == 0, "FLASHTRAIN_BWD_CLUSTER='", env, "': expected off, loads or dq");
+  return BwdCluster::kLoadsAndDq;
 }
 
 }  // namespace
@@ -255,7 +256,7 @@ void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
   args.k = fwd_strides(p.sk, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
   args.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
   args.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
-  args.cluster_pair = bwd_cluster_pair();
+  args.cluster = bwd_cluster();
   const bool ran = try_bwd_head_dim<64>(p, args, workspace, stream) ||
                    try_bwd_head_dim<128>(p, args, workspace, stream) ||
                    try_bwd_head_dim<256>(p, args, workspace, stream);
