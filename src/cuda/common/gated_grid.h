@@ -13,11 +13,11 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 
 #include "cuda_check.h"
+#include "per_device.h"
 
 namespace flashtrain::cuda {
 
@@ -45,19 +45,13 @@ __device__ __forceinline__ void for_each_tile(const TileGrid& grid, F&& f) {
 // at most `tiles` and at least 1. The occupancy is queried once per kernel and device.
 template <class Kernel>
 unsigned one_wave_blocks(int64_t tiles, Kernel kernel, int threads, int smem_bytes) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
-  int device = 0;
-  FT_CUDA_CHECK(cudaGetDevice(&device), "cuda backward: cudaGetDevice");
-  int wave = device < kMaxDevices ? cached[device].load(std::memory_order_relaxed) : 0;
-  if (wave == 0) {
+  const int wave = once_per_device<Kernel>([&](int device) {
     int sms = 0, per_sm = 0;
     FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cuda backward: SM count");
     FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes),
                   "cuda backward: occupancy of a safe-pass kernel");
-    wave = sms * (per_sm > 0 ? per_sm : 1);
-    if (device < kMaxDevices) cached[device].store(wave, std::memory_order_relaxed);
-  }
+    return sms * (per_sm > 0 ? per_sm : 1);
+  });
   const int64_t blocks = tiles < wave ? tiles : wave;
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
 }

@@ -11,6 +11,7 @@
 
 #include "../common/cuda_check.h"
 #include "../common/dq_schedule.h"
+#include "../common/per_device.h"
 #include "../sm80/bwd_params.h"
 #include "../sm80/bwd_plan.h"
 #include "../sm80/bwd_postprocess.h"
@@ -108,6 +109,10 @@ void raise_smem_limit(Kernel kernel, int bytes) {
                 "sm90 backward: raising the shared-memory limit to ", bytes, " bytes");
 }
 
+// Tells the pair kernels apart in once_per_device.
+template <class Traits, bool kPairDq>
+struct PairClustersTag {};
+
 // D = 256 in the default mode as cluster pairs (bwd_split_kernel_sm90.h; args.cluster: sharing the
 // Q / dO loads, and summing dQ in the pair unless kLoads): returns false, launching
 // nothing, where the pair does not apply (deterministic, or the rotated dQ walk: the blocks of a
@@ -136,10 +141,17 @@ bool launch_cluster_pair(const Problem& problem, const BwdArgs& args, const sm80
     cluster.val.clusterDim.z = 1;
     config.attrs = &cluster;
     config.numAttrs = 1;
-    int clusters = 0;
-    FT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config),
-                  "sm90 backward: cluster occupancy of the main kernel");
-    if (clusters == 0) return false;  // e.g. a MIG slice without two free SMs in a GPC
+    // 0 clusters: the device would not co-schedule a pair (e.g. a MIG slice without two free SMs
+    // in a GPC). Asked once per kernel and device.
+    auto ask = [&](int) {
+      int clusters = 0;
+      FT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config),
+                    "sm90 backward: cluster occupancy of the main kernel");
+      return clusters + 1;
+    };
+    const int fits = args.cluster == BwdCluster::kLoadsAndDq ? once_per_device<PairClustersTag<Traits, true>>(ask)
+                                                             : once_per_device<PairClustersTag<Traits, false>>(ask);
+    if (fits == 1) return false;
     FT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, kp), "sm90 backward: cluster launch of the main kernel");
     check_launch("flashtrain::cuda::sm90::bwd_split_kernel_sm90 (cluster pairs)");
     return true;
