@@ -24,7 +24,7 @@ lib=$PWD/build-v/python/flashtrain/libflashtrain_torch.so
 nvcc -O3 -std=c++17 -arch=sm_90a bench/l2_reduce_probe.cu -o build-v/l2_reduce_probe > $o/probe.log 2>&1 &&
   { build-v/l2_reduce_probe; build-v/l2_reduce_probe --heads 1 --rows 16384; } >> $o/probe.log 2>&1
 note "l2 probe: exit $? ($((SECONDS - t0)) s)"; cat $o/probe.log >> $o/summary.txt
-tests=${TESTS:-'*Sm90ClusterPair*:*Sm90SplitD*:*Sm90ShapesMultiStep*:*Sm90FewStepsPerBlock*:*Sm90DkDvEpilogue*:*DeterministicSelfAttentionBitwise*:*DeterministicWindowVarlenBitwise*:*EveryHeadDimPairMultiTile*:*SplitQueryHeadGroup*'}
+tests=${TESTS:-'*SafePassWalksManyTilesPerBlock*:*SafePassOnEveryBackwardPath*:*Sm90ClusterPair*:*Sm90SplitD*:*Sm90ShapesMultiStep*:*Sm90FewStepsPerBlock*:*Sm90DkDvEpilogue*:*DeterministicSelfAttentionBitwise*:*DeterministicWindowVarlenBitwise*:*EveryHeadDimPairMultiTile*:*SplitQueryHeadGroup*'}
 timeout 170 build-v/flashtrain_tests --gtest_filter="$tests" > $o/tests.log 2>&1
 note "tests: exit $? ($(grep -E '^\[  (PASSED|FAILED)  \]' $o/tests.log | tr '\n' ' ' | cut -c1-600)) ($((SECONDS - t0)) s)"
 grep -E "^\[  FAILED  \]|Failure|differs|dq:" $o/tests.log | head -20 >> $o/summary.txt
@@ -34,9 +34,15 @@ if (( $(left) > 100 )); then
     --seqlens 2048,8192,16384 --dtypes bf16,fp16 --markdown $o/ab.md --json $o/ab.json > $o/ab.log 2>&1
   note "A/B: exit $? ($((SECONDS - t0)) s)"
 fi
+if (( $(left) > 200 )); then
+  FLASHTRAIN_BWD_CLUSTER=${AB_MODE:-dq} FLASHTRAIN_TORCH_LIBRARY=$lib FLASHTRAIN_COMMIT="${COMMIT:-unknown}" PYTHONPATH=$PWD/python \
+    timeout $(( $(left) - 170 )) python3 -u bench/bench_attention.py --dims 256 --seqlens 2048,4096,8192,16384 \
+    --deterministic --json $o/bench_d256.json --markdown $o/bench_d256.md > $o/bench_d256.log 2>&1
+  note "D 256 grid with pairs: exit $? ($((SECONDS - t0)) s)"
+fi
 if (( $(left) > 80 )); then
   FLASHTRAIN_BWD_CLUSTER=${AB_MODE:-dq} NCU_SOURCE=0 FLASHTRAIN_TORCH_LIBRARY=$lib timeout $(( $(left) - 60 )) bench/ncu_kernels.sh /tmp/ncu \
-    bwd_split_kernel_sm90:8192:256:bf16:no bwd_kernel_sm90:8192:128:bf16:no > $o/ncu.log 2>&1
+    bwd_split_kernel_sm90:8192:256:bf16:no > $o/ncu.log 2>&1
   note "ncu: exit $? ($((SECONDS - t0)) s)"
   cp /tmp/ncu/ncu_summary.md $o/ 2>/dev/null
   for f in /tmp/ncu/*.raw.txt; do
@@ -56,5 +62,5 @@ fi
 tail -c 20000 $o/tests.log > $o/tests_tail.txt; tail -c 3000 $o/racecheck.log > $o/racecheck_tail.txt 2>/dev/null
 tail -c 3000 $o/memcheck.log > $o/memcheck_tail.txt 2>/dev/null
 tar czf "$1/run23_call1.tgz" -C /tmp v --exclude=v/build.log
-cp $o/summary.txt $o/ab.md $1/ 2>/dev/null
-cat $o/summary.txt; cat $o/ab.md 2>/dev/null; cat $o/*_lts.txt 2>/dev/null | head -60
+cp $o/summary.txt $o/ab.md $o/bench_d256.md $1/ 2>/dev/null
+cat $o/summary.txt; cat $o/ab.md $o/bench_d256.md 2>/dev/null; cat $o/*_lts.txt 2>/dev/null | head -60
