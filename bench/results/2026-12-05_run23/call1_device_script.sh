@@ -61,6 +61,6 @@ if (( $(left) > 40 )); then
 fi
 tail -c 20000 $o/tests.log > $o/tests_tail.txt; tail -c 3000 $o/racecheck.log > $o/racecheck_tail.txt 2>/dev/null
 tail -c 3000 $o/memcheck.log > $o/memcheck_tail.txt 2>/dev/null
-tar czf "$1/run23_call1.tgz" -C /tmp v --exclude=v/build.log
+tar czf "$1/run23_call1.tgz" --exclude=v/build.log -C /tmp v
 cp $o/summary.txt $o/ab.md $o/bench_d256.md $1/ 2>/dev/null
 cat $o/summary.txt; cat $o/ab.md $o/bench_d256.md 2>/dev/null; cat $o/*_lts.txt 2>/dev/null | head -60

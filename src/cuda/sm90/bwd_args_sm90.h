@@ -16,8 +16,8 @@ struct BwdArgs {
   FwdStrides q, k, v, dout;  // TMA-legal strides of the tensors the main kernel loads
   // D = 256, default mode: the main kernel may run as cluster pairs (bwd_split_kernel_sm90.h)
   // sharing the Q / dO loads, and also summing dQ within the pair before its atomics;
-  // FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one.
-  BwdCluster cluster = BwdCluster::kOff;
+  // FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one; dq unless set.
+  BwdCluster cluster = BwdCluster::kLoadsAndDq;
 };
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in

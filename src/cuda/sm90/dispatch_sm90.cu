@@ -197,15 +197,16 @@ int key_tile(const Problem& p, const MaskSpec& mask) {
   return long_tile;
 }
 
-// BwdArgs::cluster: FLASHTRAIN_BWD_CLUSTER=loads runs pairs that share the Q / dO loads, =dq pairs
-// that also sum dQ; off (or unset) runs single blocks: the pairs are opt-in until measured on the
-// GPU (bench/results/2026-12-05_run23/about.txt). Read on every call, like key_tile.
+// BwdArgs::cluster: FLASHTRAIN_BWD_CLUSTER=dq (or unset) runs pairs that share the Q / dO loads and
+// sum dQ within the pair, =loads pairs that only share the loads, =off single blocks. The dq pairs
+// ran 4-10% faster in every measured row (bench/results/2026-12-05_run23/about.txt, call 1). Read
+// on every call, like key_tile.
 BwdCluster bwd_cluster() {
   const char* env = std::getenv("FLASHTRAIN_BWD_CLUSTER");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "off") == 0) return BwdCluster::kOff;
-  if (std::strcmp(env, "loads") == 0) return BwdCluster::kLoads;
-  FT_CHECK(std::strcmp(env, "dq") == 0, "FLASHTRAIN_BWD_CLUSTER='", env, "': expected off, loads or dq");
-  return BwdCluster::kLoadsAndDq;
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "dq") == 0) return BwdCluster::kLoadsAndDq;
+  if (std::strcmp(env, "off") == 0) return BwdCluster::kOff;
+  FT_CHECK(std::strcmp(env, "loads") == 0, "FLASHTRAIN_BWD_CLUSTER='", env, "': expected dq, loads or off");
+  return BwdCluster::kLoads;
 }
 
 }  // namespace
