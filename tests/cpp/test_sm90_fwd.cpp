@@ -263,6 +263,52 @@ TEST(BackwardTileOrder, DeterministicSchedulesAreCompleteAndFinish) {
   check_dq_schedules(64, 64, 8);    // sm80 D > 128 (sm80 D <= 128 is 64 x 128, as sm90 D = 128)
 }
 
+// Causal self-attention with block_n a multiple of block_m: the rotated walk never wraps and every
+// wait points to a higher key tile (at each Q tile a key tile's turn counts the visitors above it),
+// so launched in descending order it finishes however few blocks are resident, which lets the sm90
+// launcher rotate it without the co-residency test (dq_schedule.h). sm90 D 256's grid at S 16k
+// (256 key tiles of 64 a head, 132 SMs) is the case: the model's ratios over the no-wait bound
+// are printed for it, rotated and wavefront.
+TEST(BackwardTileOrder, RotatedCausalWalkNeedsNoCoResidency) {
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int64_t> len(1, 2500);
+  for (const auto [block_m, block_n] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{64, 64}}) {
+    for (int trial = 0; trial < 12; ++trial) {
+      const int64_t s = len(gen);
+      const MaskSpec spec{0, -1, 0, s};
+      ASSERT_TRUE(cuda::rotated_dq_order_applies(spec, s));
+      ASSERT_TRUE(cuda::rotated_dq_waits_point_up(spec, block_m, block_n));
+      const int n_tiles = static_cast<int>((s + block_n - 1) / block_n);
+      for (int n = 0; n < n_tiles; ++n) {
+        const cuda::TileRange r = cuda::visible_query_tiles(spec, n * block_n, (n + 1) * block_n, static_cast<int>(s), block_m);
+        EXPECT_EQ(cuda::dq_walk_offset(true, n, r, block_m, block_n), 0) << "key tile " << n << " wraps; S " << s;
+        for (int m = r.begin; m < r.end; ++m) {
+          const int m_end = static_cast<int>(std::min<int64_t>((m + 1) * int64_t{block_m}, s));
+          const cuda::TileRange keys = cuda::visible_key_tiles(spec, m * block_m, m_end, block_n);
+          EXPECT_EQ(cuda::dq_turn(spec, true, n, m * block_m, m_end, block_n), keys.end - 1 - n)
+              << "key tile " << n << " at Q tile " << m << " waits for a lower tile; S " << s << ", " << block_m << " x "
+              << block_n;
+        }
+      }
+      for (int sms : {1, 2, 5}) {  // fails on a hang (simulate_dq_launch)
+        EXPECT_GT(simulate_dq_launch(spec, static_cast<int>(s), block_m, block_n, 3, sms, true, true), 0)
+            << "S " << s << ", " << sms << " slots";
+      }
+    }
+  }
+  EXPECT_FALSE(cuda::rotated_dq_waits_point_up(MaskSpec{0, -1, -1, 100}, 64, 128));  // no causal mask: wraps
+  EXPECT_FALSE(cuda::rotated_dq_waits_point_up(MaskSpec{0, -1, 0, 1000}, 128, 64));  // Q tiles wider than key tiles
+  EXPECT_FALSE(cuda::rotated_dq_waits_point_up(MaskSpec{0, 5, 0, 100}, 64, 64));     // a left window
+  const MaskSpec d256{0, -1, 0, 16384};
+  const double rotated = static_cast<double>(simulate_dq_launch(d256, 16384, 64, 64, 8, 132, true, false)) /
+                         simulate_dq_launch(d256, 16384, 64, 64, 8, 132, true, true);
+  const double wavefront = static_cast<double>(simulate_dq_launch(d256, 16384, 64, 64, 8, 132, false, false)) /
+                           simulate_dq_launch(d256, 16384, 64, 64, 8, 132, false, true);
+  std::printf("  D 256 causal S 16k, 8 heads, 132 SMs: no-wait bound over ticks, rotated %.2f, wavefront %.2f\n",
+              rotated, wavefront);
+  EXPECT_GE(rotated, 0.95);
+}
+
 }  // namespace
 }  // namespace flashtrain::testing
 

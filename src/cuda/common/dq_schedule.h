@@ -20,9 +20,12 @@ namespace flashtrain::cuda {
 // indefinitely); "rotated" also rotates the default mode's walk (it waits on nothing there; on
 // the H200 the same speed without a mask and 2-5% slower under causal ones, which lose the sm90
 // launcher's band order: bench/results/2026-12-03_run15, so not the default); unset or "auto":
-// deterministic mode only.
+// deterministic mode only. block_m / block_n (> 0): the launcher starts each head's key tiles in
+// descending order (dq_launch_key_tile, the sm90 one), so a causal walk whose waits all point up
+// (rotated_dq_waits_point_up) rotates whatever the residency.
 template <class Kernel>
-bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int threads, int smem_bytes) {
+bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int threads, int smem_bytes,
+                    int block_m = 0, int block_n = 0) {
   enum class Choice { kAuto, kWavefront, kRotated };
   static const Choice choice = [] {
     const char* env = std::getenv("FLASHTRAIN_DQ_SCHEDULE");
@@ -33,6 +36,7 @@ bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int thr
   if (choice == Choice::kWavefront || problem.varlen || !rotated_dq_order_applies(mask, problem.max_seqlen_q))
     return false;
   if (!problem.deterministic) return choice == Choice::kRotated;
+  if (block_m > 0 && rotated_dq_waits_point_up(mask, block_m, block_n)) return true;
   int device = 0, sms = 0, per_sm = 0;
   FT_CUDA_CHECK(cudaGetDevice(&device), "cuda backward: cudaGetDevice");
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cuda backward: SM count");

@@ -61,9 +61,10 @@ FT_HOST_DEVICE int first_key_tile(const MaskSpec& mask, int m0, int block_n) {
 //    tile n starts its walk on its diagonal query tile (n * block_n / block_m) and wraps around; at
 //    query tile m the turns count down from m's diagonal key tile, wrapping. In lock step no block
 //    ever waits: the visit before yours at a query tile is key tile n + 1's, made block_n / block_m
-//    steps earlier. Its waits point to higher key tiles, so all key tiles of one (batch, head group)
-//    must be resident together: the host takes it only when the grid's key tiles fit on the device
-//    at once (dq_schedule.h); otherwise the wavefront. Measured on the H200 (bench/RESULTS.md,
+//    steps earlier. Its waits point to higher key tiles, wrapping around, so all key tiles of one
+//    (batch, head group) must be resident together: the host takes it only when the grid's key
+//    tiles fit on the device at once (dq_schedule.h), or, launched in descending order, when no
+//    wait wraps (rotated_dq_waits_point_up: causal); otherwise the wavefront. Measured on the H200 (bench/RESULTS.md,
 //    run 6, sm90 D 64/128): 0.73-0.93x of the default speed, causal or not.
 // tests/cpp/test_sm90_fwd.cpp checks both on the CPU: each query tile's turns are a permutation,
 // and a lock-step simulation finishes (in the walk length, for the rotated schedule).
@@ -71,6 +72,16 @@ FT_HOST_DEVICE int first_key_tile(const MaskSpec& mask, int m0, int block_n) {
 // Whether the rotated schedule is valid for one sequence's mask.
 FT_HOST_DEVICE bool rotated_dq_order_applies(const MaskSpec& mask, int64_t seqlen_q) {
   return mask.left < 0 && seqlen_q == mask.seqlen_k && (mask.right < 0 || (mask.right == 0 && mask.diag == 0));
+}
+
+// Whether every wait of the rotated walk points to a higher key tile: causal self-attention on the
+// main diagonal with block_n a multiple of block_m, where key tile n's walk starts on the Q tile
+// holding row n * block_n (its first visible one, so it never wraps) and at each Q tile waits only
+// for the key tiles between it and that tile's diagonal. Launched in descending key-tile order
+// (dq_launch_key_tile), each wait then points to an earlier block, so, like the wavefront, the
+// walk can never hang, however few of a head's key tiles are resident at once.
+FT_HOST_DEVICE bool rotated_dq_waits_point_up(const MaskSpec& mask, int block_m, int block_n) {
+  return mask.left < 0 && mask.right == 0 && mask.diag == 0 && block_m > 0 && block_n % block_m == 0;
 }
 
 // Where key tile n_block's walk over its query tiles `m_tiles` starts, as an offset into them.

@@ -180,7 +180,9 @@ void run_bwd_hdim(const Problem& problem, const BwdArgs& args, void* workspace, 
       }
     }();
     raise_smem_limit(kernel, Traits::kSmemBytes);
-    const bool rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes);
+    // bwd_block_coords launches a head's key tiles in descending order under the rotated walk.
+    const bool rotated = rotate_dq_walk(problem, plan.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes,
+                                        Traits::kBlockM, Traits::kBlockN);
     if (!launch_cluster_pair<Element, kHeadDim>(problem, args, plan, workspace, rotated, stream)) {
       BwdKernelParams<Traits> kp = make_bwd_kernel_params<Traits>(problem, args, plan, workspace, rotated);
       const dim3 grid = bwd_grid(kp, batch);

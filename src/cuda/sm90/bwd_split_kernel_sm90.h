@@ -10,7 +10,9 @@
 //   dS^T = P^T * (dP^T - D)          -> shared memory, then a barrier of both consumers
 //   dQ = dS K, dK += dS^T Q          (wgmma)
 //   dQ * scale added into dq_accum with vector atomics while the dK GEMM runs (kDeterministic: in
-//   the step's turn of tile_range.h's schedule, taken by one thread for both consumers)
+//   the step's turn of tile_range.h's schedule, taken by one thread for both consumers; the
+//   producer's turn warp passes the turn on once the atomics are visible, bwd_pass_dq_turns, so
+//   that the consumers go on while they drain)
 // P^T and dS^T alternate between two buffers by step parity: a consumer writes step t + 1's while
 // the other may still read step t's (its dV / dK / dQ GEMMs retire at the end of its step t, before
 // it reaches step t + 1's first barrier, which comes before step t + 2's writes).
@@ -108,6 +110,25 @@ __device__ __forceinline__ void exchange_dq(typename Traits::SharedStorage& s, A
   }
 }
 
+// Deterministic: one thread of the producer's warp 1 passes each step's dQ turn on, in step order,
+// once the consumers have issued the step's atomics (dq_issued) and a fence has made them visible
+// at device scope: the mbarrier orders every consumer's atomics before the fence (as a CTA barrier
+// before a grid sync's fence does), so the consumers need not wait for their atomics to drain.
+// dq_passed tells the consumers that the parity's slot may take the step two later.
+template <class Traits>
+__device__ __forceinline__ void bwd_pass_dq_turns(const sm80::BwdParams& p, typename Traits::SharedStorage& s,
+                                                  const BwdWalk& walk, int b) {
+  using cutlass::arch::ClusterBarrier;
+  DqWalkPos pos = walk.first;
+  for (int step = 0; step < walk.num_steps; ++step) {
+    ClusterBarrier::wait(&s.dq_issued[step % 2], static_cast<uint32_t>((step / 2) & 1));
+    __threadfence();
+    sm80::release_dq_turn(sm80::dq_semaphore(p, b, pos.head, pos.m_block));
+    ClusterBarrier::arrive(&s.dq_passed[step % 2]);
+    pos = walk.next(pos);
+  }
+}
+
 template <class Traits, bool kDeterministic, bool kPairDq = false>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_split_kernel_sm90(const __grid_constant__ BwdKernelParams<Traits> kp) {
@@ -159,6 +180,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       ClusterBarrier::init(&s.dq_recv_full, 1);
       ClusterBarrier::init(&s.dq_send_free, 1);
     }
+    if constexpr (kDeterministic) {
+      for (int i = 0; i < 2; ++i) {
+        ClusterBarrier::init(&s.dq_issued[i], kMmaThreads);
+        ClusterBarrier::init(&s.dq_passed[i], 1);
+      }
+    }
     cutlass::arch::fence_barrier_init();
   }
   if constexpr (kCluster > 1) {
@@ -171,6 +198,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp == 0) {
       if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block, live);
+    } else if (warp == 1) {
+      if (kDeterministic && tid % 32 == 0) bwd_pass_dq_turns<Traits>(p, s, walk, b);
     } else if (warp >= Traits::kStatsWarp) {
       bwd_fetch_stats<Traits, /*kStatsCopyK=*/false>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
     }
@@ -288,14 +317,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       if (mma_tid / Traits::kThreadsPerWarpGroup == rank)
         sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
     } else if constexpr (kDeterministic) {
-      int* sema = sm80::dq_semaphore(p, b, pos.head, pos.m_block);
-      if (mma_tid == 0)
-        sm80::spin_until_dq_turn(sema, dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
+      if (mma_tid == 0) {
+        // The turn warp has passed step - 2's turn on (so dq_issued's slot is free), and this step's
+        // turn has come; the turn warp passes it on (bwd_pass_dq_turns).
+        if (step >= 2) ClusterBarrier::wait(&s.dq_passed[step % 2], static_cast<uint32_t>((step / 2 - 1) & 1));
+        sm80::spin_until_dq_turn(sm80::dq_semaphore(p, b, pos.head, pos.m_block),
+                                 dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
+      }
       NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
       sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
-      __threadfence();  // every consumer's additions visible before the turn passes on
-      NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
-      if (mma_tid == 0) sm80::release_dq_turn(sema);
+      ClusterBarrier::arrive(&s.dq_issued[step % 2]);
     } else {
       sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
     }

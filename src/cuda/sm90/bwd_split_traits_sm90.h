@@ -103,6 +103,11 @@ struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2, kClusterN_
     // dO buffer (st.async bytes), and the peer's buffer may take this block's half.
     uint64_t dq_recv_full;
     uint64_t dq_send_free;
+    // Deterministic: a step's dQ atomics are issued by every consumer thread (dq_issued, by step
+    // parity), and its turn has been passed on by the producer's turn warp (dq_passed), after
+    // which the consumers may issue the atomics of the step two later.
+    uint64_t dq_issued[2];
+    uint64_t dq_passed[2];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   static_assert(kSmemBytes <= 227 * 1024, "shared storage exceeds the 227 KB a Hopper block may use");
@@ -112,7 +117,7 @@ struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2, kClusterN_
 enum class BwdSplitBarrier : uint32_t {
   kPWritten = 0,   // both warpgroups' P^T of the step in shared memory
   kDsWritten = 1,  // both warpgroups' dS^T of the step in shared memory
-  kDqTurn = 2,     // kDeterministic: the step's dQ turn taken / its atomics issued
+  kDqTurn = 2,     // kDeterministic: the step's dQ turn taken
   kDvRetired = 3,  // cluster pair summing dQ: both warpgroups' dV GEMMs of the step have completed
 };
 

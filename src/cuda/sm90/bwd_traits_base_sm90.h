@@ -39,7 +39,8 @@ struct BwdTraitsBase {
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
   static constexpr int kNumThreads = kNumMmaThreads + kThreadsPerWarpGroup;  // + the producer warpgroup
   // Producer warpgroup (warpgroup 0): warp 0 issues the TMA loads, warps 2 and 3 fetch the row
-  // statistics (warp 1 adds the staged dQ where the kernel stages it).
+  // statistics (warp 1 adds the staged dQ where the kernel stages it; in the split-D kernel it passes
+  // the deterministic dQ turns on).
   static constexpr int kStatsWarp = 2;
   static constexpr int kStatsThreads = 64;
   // setmaxnreg budgets: 384 threads launch with 168 registers; the producer's 144 freed per thread
