@@ -1,13 +1,15 @@
 #!/bin/bash
 # Run 24 call 2: deterministic D 256 as cluster pairs summing dQ (one turn a pair, half passed by
-# each block). One build (sm_90a, D 256, tests and the torch extension); the CUDA tests of the
+# each block), kept as det_pairs.patch (against b311a3d's kernels) until measured: applied to this
+# tree first. One build (sm_90a, D 256, tests and the torch extension); the CUDA tests of the
 # pairs, the deterministic tests and the schedule model; racecheck of the deterministic pair test;
 # the A/B of single blocks (FLASHTRAIN_BWD_CLUSTER=off) against the pairs (dq) in one process,
 # deterministic and default; then the D 256 grid against cuDNN and FA2, each step skipped when the
 # deadline would pass.
 # Usage (device, carry [".cutlass", ".gtest"]): COMMIT=<HEAD> DEADLINE=520 bash bench/results/2026-12-05_run24/call2_device_script.sh OUTDIR
 set -u
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+git apply bench/results/2026-12-05_run24/det_pairs.patch || { echo "det_pairs.patch does not apply"; exit 1; }
 o=/tmp/v; mkdir -p $o
 t0=$SECONDS
 note() { echo "$1" | tee -a $o/summary.txt; }
