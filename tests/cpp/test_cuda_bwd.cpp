@@ -257,9 +257,9 @@ class BwdClusterEnv {
 // adds zeros for the extra steps and keeps its order of the others, so dK and dV match bit for bit
 // (one head per KV head: no split group, whose fp32 atomics have no order); dQ's atomics have no
 // order either, so dQ matches to rounding. Every run also passes the float64 comparison.
-TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
+std::vector<check::CaseSpec> cluster_pair_cases(DType dtype) {
   auto spec = [&](const std::string& name, int64_t b, int64_t sq, int64_t sk, int64_t h) {
-    return dense_spec("D 256 " + name, b, sq, sk, h, h, 256, 256, GetParam());
+    return dense_spec("D 256 " + name, b, sq, sk, h, h, 256, 256, dtype);
   };
   std::vector<check::CaseSpec> cases = {spec("5 key tiles, 2 x 300 x 300", 2, 300, 300, 2),
                                         spec("one key, 2 x 45 x 1", 2, 45, 1, 2)};
@@ -276,6 +276,11 @@ TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
   varlen.options.causal = true;
   varlen.options.align = CausalAlign::kTopLeft;
   cases.push_back(varlen);
+  return cases;
+}
+
+TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
+  const std::vector<check::CaseSpec> cases = cluster_pair_cases(GetParam());
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
   for (const check::CaseSpec& s : cases) {
     check::Case c(s);
@@ -293,6 +298,49 @@ TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
       EXPECT_TRUE(bitwise_equal(single.dv, out.dv)) << s.name << ", " << mode << ": dv differs (max "
                                                    << max_abs_diff(single.dv, out.dv) << ")";
       EXPECT_LE(max_abs_diff(single.dq, out.dq), 1e-2 * max_abs(single.dq)) << s.name << ", " << mode << ": dq";
+    }
+  }
+}
+
+// Deterministic D 256 as cluster pairs summing dQ (FLASHTRAIN_BWD_CLUSTER=dq, the default), whose
+// pair takes each Q tile's dQ turn as one block of 128 keys, each block passing half of it on
+// (bwd_split_kernel_sm90.h), against single blocks (off), on the pair test's shapes: the rotated
+// walk without a mask and causal, an odd key-tile count (the pair's second block past the keys:
+// the first passes the whole turn), a window and varlen (the wavefront), one key. Bitwise
+// repeatable and within DESIGN.md §4 of float64. dK / dV are bit for bit the single blocks' except
+// under the rotated walk without a mask (equal lengths, no window): there a pair starts both blocks
+// on its first tile's diagonal Q tile, so its second block sums its Q tiles in another (wrapped)
+// order than as a single block starting on its own; causal, that block's extra first step is a
+// masked one adding zeros, so the order of the others holds.
+TEST_P(CudaBackward, Sm90DeterministicClusterPairs) {
+  std::vector<check::CaseSpec> cases = cluster_pair_cases(GetParam());
+  FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  for (check::CaseSpec& s : cases) {
+    s.options.deterministic = true;
+    check::Case c(s);
+    check::Outputs single;
+    for (const char* mode : {"off", "dq"}) {
+      BwdClusterEnv env(mode);
+      const check::Outputs first = c.run(Backend::kCUDA);
+      const check::Outputs again = c.run(Backend::kCUDA);
+      EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << s.name << ", " << mode << ": dq differs on repeat";
+      EXPECT_TRUE(bitwise_equal(first.dk, again.dk)) << s.name << ", " << mode << ": dk differs on repeat";
+      EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << s.name << ", " << mode << ": dv differs on repeat";
+      expect_case_passes(s, Backend::kCUDA);
+      if (std::strcmp(mode, "off") == 0) {
+        single = first;
+        continue;
+      }
+      const bool rotated_unmasked = !s.options.causal && s.options.window_left < 0 && s.options.window_right < 0 &&
+                                    s.seqlens_q.empty() && s.seqlen_q == s.seqlen_k;
+      if (rotated_unmasked) {
+        EXPECT_LE(max_abs_diff(single.dk, first.dk), 1e-2 * max_abs(single.dk)) << s.name << ": dk";
+        EXPECT_LE(max_abs_diff(single.dv, first.dv), 1e-2 * max_abs(single.dv)) << s.name << ": dv";
+      } else {
+        EXPECT_TRUE(bitwise_equal(single.dk, first.dk)) << s.name << ": dk differs from the single blocks'";
+        EXPECT_TRUE(bitwise_equal(single.dv, first.dv)) << s.name << ": dv differs from the single blocks'";
+      }
+      EXPECT_LE(max_abs_diff(single.dq, first.dq), 1e-2 * max_abs(single.dq)) << s.name << ": dq";
     }
   }
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Deterministic D 256 backward before (run 23 call 2, 9470173) and after (run 24 call 1, b3e8937),
+"""Deterministic D 256 backward before and after a change (run 24: call 1 against run 23 call 2, call 2 against call 1),
 two runs on H100s: per row the same-run ratios det / default and det / FA2 (SDPA flash) backward,
 and their quotient after / before. Usage: det_compare.py BEFORE.json AFTER.json > det_compare.md"""
 import json

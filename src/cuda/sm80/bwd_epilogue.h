@@ -46,10 +46,18 @@ __device__ __forceinline__ void spin_until_dq_turn(int* sema, int order) {
   while (turn.load(::cuda::memory_order_acquire) != order) {
   }
 }
-// One thread: passes the turn on (the caller has made every addition visible first).
-__device__ __forceinline__ void release_dq_turn(int* sema) {
+// One thread: spins until the semaphore reaches at least `count` (sm90 D 256's deterministic cluster
+// pairs: each block of a pair passes its half of the pair's turn on, in either order).
+__device__ __forceinline__ void spin_until_dq_count(int* sema, int count) {
   ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
-  turn.fetch_add(1, ::cuda::memory_order_release);
+  while (turn.load(::cuda::memory_order_acquire) < count) {
+  }
+}
+// One thread: passes the turn on (the caller has made every addition visible first); `steps` 2
+// for a pair's block that adds the whole pair's share alone.
+__device__ __forceinline__ void release_dq_turn(int* sema, int steps = 1) {
+  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
+  turn.fetch_add(steps, ::cuda::memory_order_release);
 }
 __device__ __forceinline__ void wait_dq_turn(int* sema, int order) {
   if (threadIdx.x == 0) spin_until_dq_turn(sema, order);

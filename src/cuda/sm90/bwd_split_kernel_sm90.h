@@ -18,16 +18,17 @@
 // it reaches step t + 1's first barrier, which comes before step t + 2's writes).
 // dK (times scale) and dV are written once at the end.
 //
-// Cluster pairs (Traits::kClusterN == 2, default mode): the blocks of key tiles 2 j and 2 j + 1 of
-// a (batch, KV head) run as one cluster and both walk the Q tiles that see either tile, in the same
-// order; each loads half of every Q / dO tile into both (bwd_load_tiles), halving those L2 reads,
+// Cluster pairs (Traits::kClusterN == 2; deterministic only with kPairDq): the blocks of key tiles
+// 2 j and 2 j + 1 of a (batch, KV head) run as one cluster and both walk the Q tiles that see
+// either tile, in the same order; each loads half of every Q / dO tile into both (bwd_load_tiles), halving those L2 reads,
 // which are half of the kernel's L2 traffic (bench/results/2026-12-05_run22: L2-bound at 82% of
 // peak). A step whose query rows do not see this block's keys runs masked (P = dS = 0). A block
 // past the keys (the pair's second under an odd tile count or a short varlen sequence) loads no
 // K / V, computes nothing and only serves its half of the loads.
 // kPairDq (both blocks inside the keys): the pair also sums dQ before adding it, each block adding
 // half of the columns for both (exchange_dq), which halves the reductions, the other half of the
-// L2 traffic.
+// L2 traffic. Deterministic, the pair takes each Q tile's dQ turn as one block of twice the keys
+// (take_dq_turn), each block passing half of it on.
 #pragma once
 #include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
@@ -114,16 +115,17 @@ __device__ __forceinline__ void exchange_dq(typename Traits::SharedStorage& s, A
 // once the consumers have issued the step's atomics (dq_issued) and a fence has made them visible
 // at device scope: the mbarrier orders every consumer's atomics before the fence (as a CTA barrier
 // before a grid sync's fence does), so the consumers need not wait for their atomics to drain.
-// dq_passed tells the consumers that the parity's slot may take the step two later.
+// dq_passed tells the consumers that the parity's slot may take the step two later. A cluster
+// pair's turn is two passes, one a block; `passes` 2 for a block that adds its pair's share alone.
 template <class Traits>
 __device__ __forceinline__ void bwd_pass_dq_turns(const sm80::BwdParams& p, typename Traits::SharedStorage& s,
-                                                  const BwdWalk& walk, int b) {
+                                                  const BwdWalk& walk, int b, int passes) {
   using cutlass::arch::ClusterBarrier;
   DqWalkPos pos = walk.first;
   for (int step = 0; step < walk.num_steps; ++step) {
     ClusterBarrier::wait(&s.dq_issued[step % 2], static_cast<uint32_t>((step / 2) & 1));
     __threadfence();
-    sm80::release_dq_turn(sm80::dq_semaphore(p, b, pos.head, pos.m_block));
+    sm80::release_dq_turn(sm80::dq_semaphore(p, b, pos.head, pos.m_block), passes);
     ClusterBarrier::arrive(&s.dq_passed[step % 2]);
     pos = walk.next(pos);
   }
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
   static_assert(Traits::kStagesPdS == 2, "P^T / dS^T buffers alternate by step parity");
   constexpr int kCluster = Traits::kClusterN;
-  static_assert(kCluster == 1 || !kDeterministic, "cluster pairs: default mode (the turns' walks differ per key tile)");
+  static_assert(kCluster == 1 || !kDeterministic || kPairDq, "deterministic cluster pairs sum dQ in the pair");
   static_assert(!kPairDq || kCluster == 2, "dQ is summed within a cluster pair");
   static_assert(kDqHalfBytes<Traits> == sizeof(Element) * kBlockM * kHeadDim, "a dQ half fills one dO stage");
 
@@ -198,8 +200,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp == 0) {
       if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block, live);
-    } else if (warp == 1) {
-      if (kDeterministic && tid % 32 == 0) bwd_pass_dq_turns<Traits>(p, s, walk, b);
+    } else if (warp == 1) {  // a block past the keys adds nothing and passes no turn
+      if (kDeterministic && live && tid % 32 == 0) bwd_pass_dq_turns<Traits>(p, s, walk, b, kCluster > 1 && !pair_dq ? 2 : 1);
     } else if (warp >= Traits::kStatsWarp) {
       bwd_fetch_stats<Traits, /*kStatsCopyK=*/false>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
     }
@@ -267,6 +269,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(barrier));
   };
 
+  // Deterministic: one thread takes the step's dQ turn at Q tile (pos, m0) once the turn warp has
+  // passed step - 2's on (dq_issued's slot is free). A cluster pair takes its turn as one block
+  // of kCluster * kBlockN keys, each of its blocks passing half of it on: the pair's turn has come
+  // once the count reaches twice the turn, whichever block of the pair before passed first.
+  auto take_dq_turn = [&](int step, const DqWalkPos& at, int m0) {
+    if (step >= 2) ClusterBarrier::wait(&s.dq_passed[step % 2], static_cast<uint32_t>((step / 2 - 1) & 1));
+    int* sema = sm80::dq_semaphore(p, b, at.head, at.m_block);
+    const int turn =
+        dq_turn(mask, p.dq_rotated, n_block / kCluster, m0, min(m0 + kBlockM, geo.len_q), kBlockN * kCluster);
+    if constexpr (kCluster == 1) {
+      sm80::spin_until_dq_turn(sema, turn);
+    } else {
+      sm80::spin_until_dq_count(sema, 2 * turn);
+    }
+  };
+
   if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);
   DqWalkPos pos = walk.first;
   CUTLASS_PRAGMA_NO_UNROLL
@@ -314,16 +332,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (kPairDq && pair_dq) {
       exchange_dq<Traits>(s, acc_dq, stage, step, rank, mma_tid);
       // The owner of these columns (warpgroup `rank`) adds the pair's sum; the other sent its share.
-      if (mma_tid / Traits::kThreadsPerWarpGroup == rank)
+      // Deterministic: in the pair's turn, which the turn warp passes on (bwd_pass_dq_turns).
+      constexpr int kWgThreads = Traits::kThreadsPerWarpGroup;
+      if (mma_tid / kWgThreads == rank) {
+        if constexpr (kDeterministic) {
+          if (mma_tid % kWgThreads == 0) take_dq_turn(step, pos, m0);
+          NamedBarrier::sync(kWgThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
+        }
         sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
-    } else if constexpr (kDeterministic) {
-      if (mma_tid == 0) {
-        // The turn warp has passed step - 2's turn on (so dq_issued's slot is free), and this step's
-        // turn has come; the turn warp passes it on (bwd_pass_dq_turns).
-        if (step >= 2) ClusterBarrier::wait(&s.dq_passed[step % 2], static_cast<uint32_t>((step / 2 - 1) & 1));
-        sm80::spin_until_dq_turn(sm80::dq_semaphore(p, b, pos.head, pos.m_block),
-                                 dq_turn(mask, p.dq_rotated, n_block, m0, min(m0 + kBlockM, geo.len_q), kBlockN));
       }
+      if constexpr (kDeterministic) ClusterBarrier::arrive(&s.dq_issued[step % 2]);
+    } else if constexpr (kDeterministic) {
+      // In the step's turn, which the turn warp passes on (bwd_pass_dq_turns).
+      if (mma_tid == 0) take_dq_turn(step, pos, m0);
       NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
       sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
       ClusterBarrier::arrive(&s.dq_issued[step % 2]);

@@ -117,7 +117,7 @@ struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2, kClusterN_
 enum class BwdSplitBarrier : uint32_t {
   kPWritten = 0,   // both warpgroups' P^T of the step in shared memory
   kDsWritten = 1,  // both warpgroups' dS^T of the step in shared memory
-  kDqTurn = 2,     // kDeterministic: the step's dQ turn taken
+  kDqTurn = 2,     // kDeterministic: the step's dQ turn taken (a cluster pair summing dQ: by the owner warpgroup)
   kDvRetired = 3,  // cluster pair summing dQ: both warpgroups' dV GEMMs of the step have completed
 };
 
