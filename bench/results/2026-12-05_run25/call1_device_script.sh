@@ -12,13 +12,8 @@ o=/tmp/v; mkdir -p $o
 t0=$SECONDS
 note() { echo "$1" | tee -a $o/summary.txt; }
 left() { echo $((${DEADLINE:-540} - SECONDS)); }
-torch_dir=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch
-cmake -S . -B build-v -G Ninja -DCMAKE_BUILD_TYPE=Release -DFLASHTRAIN_CUDA=ON -DFLASHTRAIN_CUDA_ARCHS=90a \
-  "-DFLASHTRAIN_HDIMS=64;128;256" -DFLASHTRAIN_TESTS=ON -DFLASHTRAIN_TORCH=ON "-DTorch_DIR=$torch_dir" \
-  "-DFLASHTRAIN_CUTLASS_DIR=$PWD/.cutlass/include" -DCMAKE_CXX_COMPILER=/usr/bin/g++ -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++ \
-  "-DGTest_DIR=$PWD/.gtest/lib/x86_64-linux-gnu/cmake/GTest" > $o/configure.log 2>&1
-cmake --build build-v -j 16 --target flashtrain_tests flashtrain_torch > $o/build.log 2>&1
-note "build: exit $? ($((SECONDS - t0)) s)"
+rc=$(bash bench/device_build.sh build-v "64;128;256" $o/build.log)
+note "build: exit $rc ($((SECONDS - t0)) s)"
 grep -h "spill" $o/build.log | grep sm90 | sort -u | head -10 >> $o/summary.txt
 lib=$PWD/build-v/python/flashtrain/libflashtrain_torch.so
 timeout 120 build-v/flashtrain_tests --gtest_filter='*Sm90DqAtomicMatchesStaged*:*Sm90DeterministicClusterPairs*' > $o/tests.log 2>&1
