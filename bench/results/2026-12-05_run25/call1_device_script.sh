@@ -19,7 +19,7 @@ lib=$PWD/build-v/python/flashtrain/libflashtrain_torch.so
 timeout 120 build-v/flashtrain_tests --gtest_filter='*Sm90DqAtomicMatchesStaged*:*Sm90DeterministicClusterPairs*' > $o/tests.log 2>&1
 note "tests: exit $? ($(grep -c '^\[       OK \]' $o/tests.log) ok; $(grep -E '^\[  (PASSED|FAILED)  \]' $o/tests.log | tr '\n' ' ' | cut -c1-300)) ($((SECONDS - t0)) s)"
 grep -E "^\[  FAILED  \]|Failure|differs" $o/tests.log | head -20 >> $o/summary.txt
-FLASHTRAIN_BWD_DQ=atomic timeout 150 build-v/flashtrain_tests --gtest_filter='*CudaBackward*:*Accuracy*cuda*:*MaskedRows*cuda*:*CudaNumerics*' > $o/tests_atomic.log 2>&1
+FLASHTRAIN_BWD_DQ=atomic timeout 100 build-v/flashtrain_tests --gtest_filter='*CudaBackward*:*Accuracy*cuda*' > $o/tests_atomic.log 2>&1
 note "tests with FLASHTRAIN_BWD_DQ=atomic: exit $? ($(grep -c '^\[       OK \]' $o/tests_atomic.log) ok; $(grep -E '^\[  (PASSED|FAILED)  \]' $o/tests_atomic.log | tr '\n' ' ' | cut -c1-300)) ($((SECONDS - t0)) s)"
 grep -E "^\[  FAILED  \]|Failure" $o/tests_atomic.log | head -20 >> $o/summary.txt
 if (( $(left) > 150 )); then
@@ -35,7 +35,7 @@ if (( $(left) > 150 )); then
     note "ncu $m: exit $? ($((SECONDS - t0)) s)"
   done
 fi
-if (( $(left) > 60 )); then
+if (( $(left) > 120 )); then
   FLASHTRAIN_BWD_DQ=atomic FLASHTRAIN_TORCH_LIBRARY=$lib FLASHTRAIN_COMMIT="${COMMIT:-unknown} (FLASHTRAIN_BWD_DQ=atomic)" PYTHONPATH=$PWD/python \
     timeout $(( $(left) - 15 )) python3 -u bench/bench_attention.py --seqlens 2048,4096,8192,16384 \
     --deterministic --json $o/bench.json --markdown $o/bench.md > $o/bench.log 2>&1
