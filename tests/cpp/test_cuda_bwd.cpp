@@ -241,18 +241,11 @@ TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
   for (const check::CaseSpec& s : cases) expect_case_passes(s, Backend::kCUDA);
 }
 
-// An environment variable set for the scope of one run (FLASHTRAIN_BWD_CLUSTER, FLASHTRAIN_BWD_DQ).
-class ScopedEnv {
+// FLASHTRAIN_BWD_CLUSTER for the scope of one run.
+class BwdClusterEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
-class BwdClusterEnv : public ScopedEnv {
- public:
-  explicit BwdClusterEnv(const char* value) : ScopedEnv("FLASHTRAIN_BWD_CLUSTER", value) {}
+  explicit BwdClusterEnv(const char* value) { setenv("FLASHTRAIN_BWD_CLUSTER", value, 1); }
+  ~BwdClusterEnv() { unsetenv("FLASHTRAIN_BWD_CLUSTER"); }
 };
 
 // D 256's cluster pairs (bwd_split_kernel_sm90.h) against single blocks (FLASHTRAIN_BWD_CLUSTER=
@@ -350,61 +343,6 @@ TEST_P(CudaBackward, Sm90DeterministicClusterPairs) {
       EXPECT_LE(max_abs_diff(single.dq, first.dq), 1e-2 * max_abs(single.dq)) << s.name << ": dq";
     }
   }
-}
-
-// D 64 / 128 default backward with dQ added by the consumers' vector atomics (FLASHTRAIN_BWD_DQ=
-// atomic, bwd_kernel_sm90.h kDqAtomic) against dQ staged for the dQ warp's TMA reductions (stage):
-// both within DESIGN.md §4 of float64 (Case::run's check), dQ to rounding (neither orders its
-// additions), dK / dV bit for bit where one block owns a KV head (the dQ path does not touch them;
-// GQA split over blocks adds them by unordered atomics: to rounding). Shapes: a partial last Q
-// tile, causal, a window, varlen with an empty and a short sequence, GQA.
-TEST_P(CudaBackward, Sm90DqAtomicMatchesStaged) {
-  int ran = 0;
-  for (int d : {64, 128}) {
-    auto spec = [&](const std::string& name, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk) {
-      return dense_spec("D " + std::to_string(d) + " " + name, b, sq, sk, hq, hk, d, d, GetParam());
-    };
-    std::vector<check::CaseSpec> cases = {spec("2 x 300 x 300", 2, 300, 300, 2, 2)};
-    check::CaseSpec causal = spec("causal, 1 x 333 x 333", 1, 333, 333, 3, 3);
-    causal.options.causal = true;
-    cases.push_back(causal);
-    check::CaseSpec window = spec("window (40, 10), 2 x 203 x 190", 2, 203, 190, 2, 2);
-    window.options.window_left = 40;
-    window.options.window_right = 10;
-    cases.push_back(window);
-    check::CaseSpec varlen = spec("varlen causal {517, 3, 260} x {700, 0, 131}", 1, 1, 1, 2, 2);
-    varlen.seqlens_q = {517, 3, 260};
-    varlen.seqlens_k = {700, 0, 131};
-    varlen.options.causal = true;
-    cases.push_back(varlen);
-    check::CaseSpec gqa = spec("GQA 8 / 2 causal, 2 x 257 x 257", 2, 257, 257, 8, 2);
-    gqa.options.causal = true;
-    cases.push_back(gqa);
-    if (!cuda_head_dim_built(d)) continue;
-    for (const check::CaseSpec& s : cases) {
-      check::Case c(s);
-      check::Outputs staged;
-      for (const char* mode : {"stage", "atomic"}) {
-        ScopedEnv env("FLASHTRAIN_BWD_DQ", mode);
-        const check::Outputs out = c.run(Backend::kCUDA);
-        expect_case_passes(s, Backend::kCUDA);
-        if (std::strcmp(mode, "stage") == 0) {
-          staged = out;
-          continue;
-        }
-        EXPECT_LE(max_abs_diff(staged.dq, out.dq), 1e-2 * max_abs(staged.dq)) << s.name << ": dq";
-        if (s.heads_q == s.heads_k) {
-          EXPECT_TRUE(bitwise_equal(staged.dk, out.dk)) << s.name << ": dk differs from the staged run's";
-          EXPECT_TRUE(bitwise_equal(staged.dv, out.dv)) << s.name << ": dv differs from the staged run's";
-        } else {
-          EXPECT_LE(max_abs_diff(staged.dk, out.dk), 1e-2 * max_abs(staged.dk)) << s.name << ": dk";
-          EXPECT_LE(max_abs_diff(staged.dv, out.dv), 1e-2 * max_abs(staged.dv)) << s.name << ": dv";
-        }
-      }
-      ++ran;
-    }
-  }
-  if (ran == 0) GTEST_SKIP() << "head dims 64 and 128 not built";
 }
 
 // The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h; D 256: sm80::store_dkv) on its two

@@ -18,10 +18,6 @@ struct BwdArgs {
   // sharing the Q / dO loads, and also summing dQ within the pair before its atomics;
   // FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one; dq unless set.
   BwdCluster cluster = BwdCluster::kLoadsAndDq;
-  // D <= 128, default mode: the consumers add dQ by vector atomics from registers instead of
-  // staging it for the dQ warp's TMA reductions (bwd_kernel_sm90.h, kDqAtomic);
-  // FLASHTRAIN_BWD_DQ=atomic|stage (dispatch_sm90.cu).
-  bool dq_atomic = false;
 };
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in

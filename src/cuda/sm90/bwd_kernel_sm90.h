@@ -21,15 +21,13 @@
 //          producer's dQ warp, which adds it into dq_accum by TMA reductions (in the fixed turns
 //          of tile_range.h's deterministic schedule when kDeterministic; the walk over Q tiles
 //          starts on the diagonal under its rotated form)
-// kDqAtomic (default mode, FLASHTRAIN_BWD_DQ=atomic): the consumers add the scaled dQ into
-// dq_accum themselves, by 8-byte vector atomics from registers at the same place in the step, so
-// that it never passes through shared memory (the staging's 16 KB written and 16 KB read by the
-// TMA a consumer-step are 17% of the kernel's shared-memory traffic, the bound it runs closest to:
-// bench/results/2026-12-05_run23/about.txt); the dQ warp then idles.
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
 // bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging dQ behind
 // the next S^T, rather than before it, is measured in bench/results/2026-12-03_run14 (issuing
-// dP^T there too was up to 7% slower); the producer warpgroup in run 15.
+// dP^T there too was up to 7% slower); the producer warpgroup in run 15. Adding dQ straight from
+// the consumers' registers by 8-byte vector atomics instead, which spares the staging's shared-
+// memory traffic, made the backward 14-29% slower at D 64 and 128 (H100, run 25): the consumers
+// then issue the reductions themselves, where the staging hands them to the dQ warp's TMA.
 // dQ(t) waits a step for the other consumer's dS(t), so the consumers meet only through the dS
 // buffers' mbarriers and one may run up to a step ahead of the other: while one computes its
 // softmax, the other's GEMMs can keep the tensor cores busy (bf16 D 128 S 8k: backward time 0.92x
@@ -57,10 +55,9 @@
 
 namespace flashtrain::cuda::sm90 {
 
-template <class Traits, bool kDeterministic, bool kDqAtomic = false>
+template <class Traits, bool kDeterministic>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_kernel_sm90(const __grid_constant__ BwdKernelParams<Traits> kp) {
-  static_assert(!(kDeterministic && kDqAtomic), "the deterministic turns are the dQ warp's");
 #ifdef FLASHTRAIN_SM90_DEVICE_CODE
   using namespace cute;
   using cutlass::arch::ClusterBarrier;
@@ -115,7 +112,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (warp == 0) {
       if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block);
     } else if (warp == 1) {
-      if (!kDqAtomic && tid % 32 == 0) bwd_write_dq<Traits, kDeterministic>(kp, s, walk, mask, geo, b, n_block);
+      if (tid % 32 == 0) bwd_write_dq<Traits, kDeterministic>(kp, s, walk, mask, geo, b, n_block);
     } else {
       bwd_fetch_stats<Traits, kStatsCopyK>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
     }
@@ -214,30 +211,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // once S^T has landed (D = 64), so that the fence finds the stores complete instead of waiting for
   // them. H200, run 19 call 1: the later hand-over made the D = 64 backward 2-7% faster and the
   // D = 128 one 3-8% slower (whose longer S^T GEMM delays the reduction by as much).
-  constexpr bool kLatePublish = kHeadDim == 64 && !kDqAtomic;
+  constexpr bool kLatePublish = kHeadDim == 64;
   auto publish_dq = [&]() {
     cutlass::arch::fence_view_async_shared();  // dQ stores visible to the TMA reduction
     ClusterBarrier::arrive(&s.dq_full);
   };
-  // kDqAtomic: where the next dQ goes (dQs are added in step order, each once).
-  DqWalkPos dq_pos = walk.first;
   // `publish`: hand the tile over right away (false: the loop's late hand-over does).
   auto stage_dq = [&](int step, bool publish) {
-    if constexpr (kDqAtomic) {
-      const int m0 = dq_pos.m_block * kBlockM;
-      float* base = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0) * p.heads_q + dq_pos.head) * kHeadDim;
-      Tensor gdQ = make_tensor(make_gmem_ptr(base), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                               make_stride(static_cast<int64_t>(p.heads_q) * kHeadDim, _1{}));
-      Tensor tdQgdQ = thr_dq.partition_C(gdQ);
-      const Tensor tdQcdQ = thr_dq.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-      sm80::add_rows_atomic(tdQgdQ, tdQcdQ, dq, geo.len_q - m0, 1.0f);
-      dq_pos = walk.next(dq_pos);
-    } else {
-      // The dQ warp's reductions of the step before have read the staging tile.
-      if (step > 0) ClusterBarrier::wait(&s.dq_empty, static_cast<uint32_t>((step - 1) & 1));
-      store_dq_staging<Traits>(dq_smem, dq, mma_tid);
-      if (publish) publish_dq();
-    }
+    // The dQ warp's reductions of the step before have read the staging tile.
+    if (step > 0) ClusterBarrier::wait(&s.dq_empty, static_cast<uint32_t>((step - 1) & 1));
+    store_dq_staging<Traits>(dq_smem, dq, mma_tid);
+    if (publish) publish_dq();
   };
 
   // kLag (the default backward): step t's dQ GEMM is dQ(t - 1), on dS buffer (t - 1) % 2, which both

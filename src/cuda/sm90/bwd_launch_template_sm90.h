@@ -186,9 +186,7 @@ void run_bwd_hdim(const Problem& problem, const BwdArgs& args, void* workspace, 
       if constexpr (Traits::kSplitD) {
         return problem.deterministic ? bwd_split_kernel_sm90<Traits, true> : bwd_split_kernel_sm90<Traits, false>;
       } else {
-        return problem.deterministic ? bwd_kernel_sm90<Traits, true>
-               : args.dq_atomic      ? bwd_kernel_sm90<Traits, false, true>
-                                     : bwd_kernel_sm90<Traits, false>;
+        return problem.deterministic ? bwd_kernel_sm90<Traits, true> : bwd_kernel_sm90<Traits, false>;
       }
     }();
     raise_smem_limit(kernel, Traits::kSmemBytes);

@@ -209,15 +209,6 @@ BwdCluster bwd_cluster() {
   return BwdCluster::kLoads;
 }
 
-// BwdArgs::dq_atomic: FLASHTRAIN_BWD_DQ=atomic adds dQ from the consumers' registers, =stage (or
-// unset) stages it for the dQ warp's TMA reductions. Read on every call, like key_tile.
-bool bwd_dq_atomic() {
-  const char* env = std::getenv("FLASHTRAIN_BWD_DQ");
-  if (env == nullptr || *env == '\0' || std::strcmp(env, "stage") == 0) return false;
-  FT_CHECK(std::strcmp(env, "atomic") == 0, "FLASHTRAIN_BWD_DQ='", env, "': expected stage or atomic");
-  return true;
-}
-
 }  // namespace
 
 std::string refusal(const Problem& p) { return pass_reason(p, "forward", kHeadDims, "out", p.out, p.so); }
@@ -267,7 +258,6 @@ void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
   args.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
   args.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
   args.cluster = bwd_cluster();
-  args.dq_atomic = bwd_dq_atomic();
   const bool ran = try_bwd_head_dim<64>(p, args, workspace, stream) ||
                    try_bwd_head_dim<128>(p, args, workspace, stream) ||
                    try_bwd_head_dim<256>(p, args, workspace, stream);
