@@ -40,17 +40,13 @@ __device__ __forceinline__ void add_rows_atomic(Gmem& g, Coord const& coord, Acc
 __device__ __forceinline__ int* dq_semaphore(const BwdParams& p, int b, int hq, int m_block) {
   return p.dq_sema + (static_cast<int64_t>(b) * p.heads_q + hq) * p.m_blocks + m_block;
 }
-// One thread: spins until the semaphore reaches `order`.
+// One thread: spins until the semaphore reaches `order`. The count only grows, and not past
+// `order` before this caller's own turn, so "at least" is "equal" here; sm90 D 256's deterministic
+// cluster pairs count two a pair's turn (each block passes half of it on, in either order) and
+// wait for twice the turn.
 __device__ __forceinline__ void spin_until_dq_turn(int* sema, int order) {
   ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
-  while (turn.load(::cuda::memory_order_acquire) != order) {
-  }
-}
-// One thread: spins until the semaphore reaches at least `count` (sm90 D 256's deterministic cluster
-// pairs: each block of a pair passes its half of the pair's turn on, in either order).
-__device__ __forceinline__ void spin_until_dq_count(int* sema, int count) {
-  ::cuda::atomic_ref<int, ::cuda::thread_scope_device> turn(*sema);
-  while (turn.load(::cuda::memory_order_acquire) < count) {
+  while (turn.load(::cuda::memory_order_acquire) < order) {
   }
 }
 // One thread: passes the turn on (the caller has made every addition visible first); `steps` 2

@@ -110,15 +110,54 @@ void raise_smem_limit(Kernel kernel, int bytes) {
 }
 
 // Tells the pair kernels apart in once_per_device.
-template <class Traits, bool kPairDq, bool kDeterministic>
+template <class Traits, bool kDeterministic, bool kPairDq>
 struct PairClustersTag {};
+
+// Launches bwd_split_kernel_sm90<Traits, kDeterministic, kPairDq> as cluster pairs: returns false,
+// launching nothing, where the device would not co-schedule a pair, or where the walk is rotated,
+// its waits wrap, and not every pair of a head fits at once (what rotated's co-residency test
+// asked of single blocks).
+template <class Traits, bool kDeterministic, bool kPairDq>
+bool launch_pairs(const Problem& problem, const BwdArgs& args, const sm80::BwdPlan& plan, void* workspace,
+                  bool rotated, cudaStream_t stream) {
+  auto kernel = bwd_split_kernel_sm90<Traits, kDeterministic, kPairDq>;
+  raise_smem_limit(kernel, Traits::kSmemBytes);
+  const BwdKernelParams<Traits> kp = make_bwd_kernel_params<Traits>(problem, args, plan, workspace, rotated);
+  cudaLaunchConfig_t config{};
+  config.gridDim = bwd_grid(kp, static_cast<int>(problem.batch));
+  config.blockDim = dim3(Traits::kNumThreads);
+  config.dynamicSmemBytes = Traits::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = Traits::kClusterN;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  // 0 clusters: the device would not co-schedule a pair (e.g. a MIG slice without two free SMs
+  // in a GPC). Asked once per kernel and device.
+  const int fits = once_per_device<PairClustersTag<Traits, kDeterministic, kPairDq>>([&](int) {
+    int clusters = 0;
+    FT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config),
+                  "sm90 backward: cluster occupancy of the main kernel");
+    return clusters + 1;
+  });
+  if (fits == 1) return false;
+  const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
+  if (rotated && !rotated_dq_waits_point_up(mask, Traits::kBlockM, Traits::kBlockN * Traits::kClusterN) &&
+      (fits - 1) * Traits::kClusterN < kp.n_blocks)
+    return false;
+  FT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, kp), "sm90 backward: cluster launch of the main kernel");
+  check_launch("flashtrain::cuda::sm90::bwd_split_kernel_sm90 (cluster pairs)");
+  return true;
+}
 
 // D = 256 as cluster pairs (bwd_split_kernel_sm90.h; args.cluster: sharing the Q / dO loads, and
 // summing dQ in the pair unless kLoads; deterministic: only the pairs summing dQ, which take each
 // Q tile's dQ turn as one block of twice the keys): returns false, launching nothing, where the
-// pair does not apply (the default mode's rotated walk, FLASHTRAIN_DQ_SCHEDULE=rotated; a rotated
-// walk whose waits wrap, unless every pair of a head fits at once, which rotated's co-residency
-// test asked of single blocks) or where the device would not co-schedule a pair.
+// pair does not apply (the default mode's rotated walk, FLASHTRAIN_DQ_SCHEDULE=rotated) or
+// launch_pairs declines.
 template <typename Element, int kHeadDim>
 bool launch_cluster_pair(const Problem& problem, const BwdArgs& args, const sm80::BwdPlan& plan, void* workspace,
                          bool rotated, cudaStream_t stream) {
@@ -126,45 +165,15 @@ bool launch_cluster_pair(const Problem& problem, const BwdArgs& args, const sm80
     return false;
   } else {
     using Traits = BwdTraitsFor<Element, kHeadDim, 2>;
-    if (args.cluster == BwdCluster::kOff || (rotated && !problem.deterministic)) return false;
-    if (problem.deterministic && args.cluster != BwdCluster::kLoadsAndDq) return false;
-    const int kind = problem.deterministic ? 2 : args.cluster == BwdCluster::kLoadsAndDq ? 1 : 0;  // 0: loads
-    auto kernel = kind == 2   ? bwd_split_kernel_sm90<Traits, true, true>
-                  : kind == 1 ? bwd_split_kernel_sm90<Traits, false, true>
-                              : bwd_split_kernel_sm90<Traits, false, false>;
-    raise_smem_limit(kernel, Traits::kSmemBytes);
-    const BwdKernelParams<Traits> kp = make_bwd_kernel_params<Traits>(problem, args, plan, workspace, rotated);
-    cudaLaunchConfig_t config{};
-    config.gridDim = bwd_grid(kp, static_cast<int>(problem.batch));
-    config.blockDim = dim3(Traits::kNumThreads);
-    config.dynamicSmemBytes = Traits::kSmemBytes;
-    config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = Traits::kClusterN;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    // 0 clusters: the device would not co-schedule a pair (e.g. a MIG slice without two free SMs
-    // in a GPC). Asked once per kernel and device.
-    auto ask = [&](int) {
-      int clusters = 0;
-      FT_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config),
-                    "sm90 backward: cluster occupancy of the main kernel");
-      return clusters + 1;
-    };
-    const int fits = kind == 2   ? once_per_device<PairClustersTag<Traits, true, true>>(ask)
-                     : kind == 1 ? once_per_device<PairClustersTag<Traits, true, false>>(ask)
-                                 : once_per_device<PairClustersTag<Traits, false, false>>(ask);
-    if (fits == 1) return false;
-    const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
-    if (rotated && !rotated_dq_waits_point_up(mask, Traits::kBlockM, Traits::kBlockN * Traits::kClusterN) &&
-        (fits - 1) * Traits::kClusterN < kp.n_blocks)
-      return false;
-    FT_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, kp), "sm90 backward: cluster launch of the main kernel");
-    check_launch("flashtrain::cuda::sm90::bwd_split_kernel_sm90 (cluster pairs)");
-    return true;
+    if (args.cluster == BwdCluster::kOff) return false;
+    if (problem.deterministic) {
+      return args.cluster == BwdCluster::kLoadsAndDq &&
+             launch_pairs<Traits, true, true>(problem, args, plan, workspace, rotated, stream);
+    }
+    if (rotated) return false;
+    return args.cluster == BwdCluster::kLoadsAndDq
+               ? launch_pairs<Traits, false, true>(problem, args, plan, workspace, rotated, stream)
+               : launch_pairs<Traits, false, false>(problem, args, plan, workspace, rotated, stream);
   }
 }
 

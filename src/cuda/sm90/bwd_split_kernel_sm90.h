@@ -278,11 +278,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     int* sema = sm80::dq_semaphore(p, b, at.head, at.m_block);
     const int turn =
         dq_turn(mask, p.dq_rotated, n_block / kCluster, m0, min(m0 + kBlockM, geo.len_q), kBlockN * kCluster);
-    if constexpr (kCluster == 1) {
-      sm80::spin_until_dq_turn(sema, turn);
-    } else {
-      sm80::spin_until_dq_count(sema, 2 * turn);
-    }
+    sm80::spin_until_dq_turn(sema, kCluster * turn);
   };
 
   if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);
