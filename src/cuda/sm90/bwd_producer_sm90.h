@@ -180,6 +180,9 @@ __device__ __forceinline__ void bulk_wait_complete() {
 // One thread: each step's staged dQ (all kHeadDim columns) added into dq_accum by TMA reductions.
 // kDeterministic: in the step's turn of tile_range.h's schedule, passed on once the additions are
 // complete in global memory. The staging tile is released as soon as the reductions have read it.
+// Issuing the next step's reductions before the drain of this one's (when its tile and turn are
+// ready) and passing this turn on behind them made the deterministic backward 0-9% slower at D 64
+// and 128 (H100, bench/results/2026-12-06_run27 call 1; det_dq_overlap.patch in run26).
 template <class Traits, bool kDeterministic>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s,
                                              const BwdWalk& walk, const MaskSpec& mask, const sm80::SeqGeometry& geo,

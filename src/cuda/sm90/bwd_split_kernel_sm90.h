@@ -17,6 +17,11 @@
 // the other may still read step t's (its dV / dK / dQ GEMMs retire at the end of its step t, before
 // it reaches step t + 1's first barrier, which comes before step t + 2's writes).
 // dK (times scale) and dV are written once at the end.
+// Issuing step t + 1's S^T GEMM before step t's dQ additions, so that the tensor cores have it while
+// they go out, ran the backward 12-23% slower (default) and 4-11% (deterministic) on an H100
+// (bench/results/2026-12-06_run27): but both forms measured had their wgmmas serialised by ptxas
+// (S^T's accumulator carried across the loop, C7515; the loop rotated with dQ's accumulator
+// carried, C7514 / C7518), so the overlap itself is not yet measured; scripts/ptxas_check.sh.
 //
 // Cluster pairs (Traits::kClusterN == 2; deterministic only with kPairDq): the blocks of key tiles
 // 2 j and 2 j + 1 of a (batch, KV head) run as one cluster and both walk the Q tiles that see
