@@ -4,12 +4,16 @@
 # compute-sanitizer racecheck on the filters given, then times both in one process
 # (bench/ab_builds.py). Logs and tables go to OUTDIR; the summary is printed last.
 #
-# Usage: scripts/gpu_ab.sh OUTDIR TREE_B [--label-b NAME] [--hdims '64;128'] [--tests FILTER]
+# Usage: scripts/gpu_ab.sh OUTDIR TREE_B|--patch 'FILE ...' [--label-b NAME] [--hdims '64;128'] [--tests FILTER]
 #                          [--race FILTER] [--bench 'ab_builds.py options'] [--tests-on a|b]
 #                          [--grid COMMIT] [--ncu 'CASE ...'] [--deadline SECONDS]
 #   TREE_B    a checkout of the other version inside this repo, so that it travels, e.g.
 #             `git worktree add .ab/wgs wip/some-branch` here and carry [".ab"] in the device call
 #             (/.ab/ is git-ignored)
+#   --patch   instead of TREE_B: B is this tree with these patches applied (git apply, undone once
+#             B is built). A is built first and its extension kept aside, then the same build folder
+#             is rebuilt as B, which recompiles only what the patches touch (one build after the
+#             other, each with all jobs); the tests and racecheck run on B
 #   --tests   gtest filter run on tree B's build (default: CudaBackward, Deterministic, Accuracy and
 #             MaskedRows on cuda)
 #             ('' with --race '': neither build compiles the tests)
@@ -29,11 +33,20 @@
 # runs), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
-tree_b=$(cd "$2" && pwd) || { echo "gpu_ab: no tree $2" >&2; exit 2; }
-shift 2
-label_b=$(basename "$tree_b")
+shift
+tree_b=""
+patches=""
+if [[ $1 == --patch ]]; then
+  patches=$2
+  shift 2
+  label_b=patched
+else
+  tree_b=$(cd "$1" && pwd) || { echo "gpu_ab: no tree $1" >&2; exit 2; }
+  shift
+  label_b=$(basename "$tree_b")
+fi
 hdims="64;128"
 tests='*CudaBackward*:*Deterministic*cuda*:*Accuracy*cuda*:*MaskedRows*cuda*'
 race='*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16'
@@ -75,6 +88,7 @@ configure() {  # SRC BUILD NAMESPACE TESTS
     "${gtest_flags[@]}"
 }
 [[ $tests_on == a || $tests_on == b ]] || { echo "gpu_ab: --tests-on takes a or b" >&2; exit 2; }
+[[ -n $patches && $tests_on == a ]] && { echo "gpu_ab: with --patch the tests run on B" >&2; exit 2; }
 tests_a=OFF; tests_b=ON; target_a=(--target flashtrain_torch); target_b=()
 [[ $tests_on == a ]] && { tests_a=ON; tests_b=OFF; target_a=(); target_b=(--target flashtrain_torch); }
 # The build with the tests (the library, CLI and tests besides the extension) gets 5/8 of the jobs.
@@ -85,17 +99,39 @@ if [[ -z $tests && -z $race ]]; then
   jobs_a=$((jobs / 2))
 fi
 t0=$SECONDS
-{ configure . build-ab-a flashtrain $tests_a && cmake --build build-ab-a -j "$jobs_a" "${target_a[@]}"; } \
-  > "$out/build_a.log" 2>&1 &
-pid_a=$!
-{ configure "$tree_b" "build-ab-$label_b" flashtrain_b $tests_b && cmake --build "build-ab-$label_b" -j $((jobs - jobs_a)) "${target_b[@]}"; } \
-  > "$out/build_b.log" 2>&1
-rc_b=$?
-wait $pid_a
-rc_a=$?
+lib_a=$PWD/build-ab-a/python/flashtrain/libflashtrain_torch.so
+if [[ -n $patches ]]; then
+  dir_b=build-ab-a
+  { configure . build-ab-a flashtrain "$tests_b" && cmake --build build-ab-a -j "$jobs" "${target_b[@]}"; } > "$out/build_a.log" 2>&1
+  rc_a=$?
+  rc_b=1
+  if [[ $rc_a == 0 ]]; then
+    kept=$(mktemp -d) && cp "$lib_a" "$kept/" && lib_a=$kept/libflashtrain_torch.so
+    # shellcheck disable=SC2086
+    if git apply $patches; then
+      { configure . build-ab-a flashtrain_b "$tests_b" && cmake --build build-ab-a -j "$jobs" "${target_b[@]}"; } > "$out/build_b.log" 2>&1
+      rc_b=$?
+      # shellcheck disable=SC2086
+      git apply -R $patches
+    else
+      note "patches do not apply: $patches"
+    fi
+  fi
+else
+  dir_b=build-ab-$label_b
+  { configure . build-ab-a flashtrain $tests_a && cmake --build build-ab-a -j "$jobs_a" "${target_a[@]}"; } \
+    > "$out/build_a.log" 2>&1 &
+  pid_a=$!
+  { configure "$tree_b" "$dir_b" flashtrain_b $tests_b && cmake --build "$dir_b" -j $((jobs - jobs_a)) "${target_b[@]}"; } \
+    > "$out/build_b.log" 2>&1
+  rc_b=$?
+  wait $pid_a
+  rc_a=$?
+fi
 note "build A (this tree): exit $rc_a; build B ($label_b): exit $rc_b; $((SECONDS - t0)) s"
-grep -h "spill" "$out/build_a.log" "$out/build_b.log" | sed 's/^/  /' | sort -u | head -20
-tested=build-ab-$label_b; rc_t=$rc_b
+# Spills, and ptxas's C751x notes (wgmmas serialised or a wait injected; scripts/ptxas_check.sh).
+grep -hE "spill|C751[0-9]" "$out/build_a.log" "$out/build_b.log" 2>/dev/null | sed 's/^/  /' | sort -u | head -20
+tested=$dir_b; rc_t=$rc_b
 [[ $tests_on == a ]] && { tested=build-ab-a; rc_t=$rc_a; }
 T=${tests_on^^}
 if [[ $rc_t == 0 && -n "$tests" ]]; then
@@ -112,12 +148,11 @@ fi
 if [[ $rc_a == 0 && $rc_b == 0 ]]; then
   # shellcheck disable=SC2086
   PYTHONPATH="$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" $python bench/ab_builds.py \
-    --a build-ab-a/python/flashtrain/libflashtrain_torch.so --b "build-ab-$label_b"/python/flashtrain/libflashtrain_torch.so \
+    --a "$lib_a" --b "$dir_b"/python/flashtrain/libflashtrain_torch.so \
     --labels "this,$label_b" $bench --markdown "$out/ab.md" --json "$out/ab.json" > "$out/ab.log" 2>&1
   note "ab_builds: exit $? ($((SECONDS - t0)) s in all)"
   cat "$out/ab.md" 2>/dev/null
 fi
-lib_a=$PWD/build-ab-a/python/flashtrain/libflashtrain_torch.so
 if [[ -n "$grid" && $rc_a == 0 ]]; then
   if (( SECONDS + 100 > deadline )); then
     note "grid: skipped, $((deadline - SECONDS)) s left before the deadline"
