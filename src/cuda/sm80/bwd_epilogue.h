@@ -65,12 +65,11 @@ __device__ __forceinline__ void pass_dq_turn(int* sema) {
   if (threadIdx.x == 0) release_dq_turn(sema);
 }
 
-// Adds scale * ds_unscale * acc_dq (columns [col0, col0 + kDqChunk) of Q tile m0 of head hq) to
-// dq_accum with fp32 atomics, rows beyond the sequence skipped. ds_unscale is the power of two the
-// safe pass scaled dS down by (1 in the normal pass).
+// Adds factor * acc_dq (columns [col0, col0 + kDqChunk) of Q tile m0 of head hq) to dq_accum with
+// fp32 atomics, rows beyond the sequence skipped.
 template <typename Traits, class ThrMma, class Acc>
-__device__ __forceinline__ void accumulate_dq(const BwdParams& p, const SeqGeometry& geo, ThrMma const& thr,
-                                              Acc const& acc_dq, int hq, int m0, int col0, float ds_unscale) {
+__device__ __forceinline__ void add_dq_tile(const BwdParams& p, const SeqGeometry& geo, ThrMma const& thr,
+                                            Acc const& acc_dq, int hq, int m0, int col0, float factor) {
   using namespace cute;
   constexpr int kBlockM = Traits::kBlockM;
   constexpr int kDimQK = Traits::kDimQK;
@@ -81,7 +80,15 @@ __device__ __forceinline__ void accumulate_dq(const BwdParams& p, const SeqGeome
   Tensor tdQgdQ = thr.partition_C(gdQ);
   const Tensor tdQcdQ = thr.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kChunk>>{}));
   const int rows = geo.len_q - m0;
-  add_rows_atomic(tdQgdQ, tdQcdQ, acc_dq, rows, p.scale * ds_unscale);
+  add_rows_atomic(tdQgdQ, tdQcdQ, acc_dq, rows, factor);
+}
+
+// add_dq_tile of scale * ds_unscale * acc_dq. ds_unscale is the power of two the safe pass scaled
+// dS down by (1 in the normal pass).
+template <typename Traits, class ThrMma, class Acc>
+__device__ __forceinline__ void accumulate_dq(const BwdParams& p, const SeqGeometry& geo, ThrMma const& thr,
+                                              Acc const& acc_dq, int hq, int m0, int col0, float ds_unscale) {
+  add_dq_tile<Traits>(p, geo, thr, acc_dq, hq, m0, col0, p.scale * ds_unscale);
 }
 
 // Writes rows [0, rows) of a (kRows x kCols) fp32 accumulator tile: rounded into a 16-bit output

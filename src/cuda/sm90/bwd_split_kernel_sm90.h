@@ -9,19 +9,20 @@
 //   dV  += P^T dO                    (wgmma, in flight while dS^T is computed)
 //   dS^T = P^T * (dP^T - D)          -> shared memory, then a barrier of both consumers
 //   dQ = dS K, dK += dS^T Q          (wgmma)
-//   dQ * scale added into dq_accum with vector atomics while the dK GEMM runs (kDeterministic: in
-//   the step's turn of tile_range.h's schedule, taken by one thread for both consumers; the
-//   producer's turn warp passes the turn on once the atomics are visible, bwd_pass_dq_turns, so
-//   that the consumers go on while they drain)
+//   scale * dQ copied to registers of its own; its atomic additions into dq_accum run at the top of
+//   step t + 1, once that step's S^T GEMM is issued, while the tensor cores have S^T and step t's dK
+//   (kDeterministic: in the step's turn of tile_range.h's schedule, taken by one thread for both
+//   consumers; the producer's turn warp passes the turn on once the atomics are visible,
+//   bwd_pass_dq_turns, so that the consumers go on while they drain)
 // P^T and dS^T alternate between two buffers by step parity: a consumer writes step t + 1's while
-// the other may still read step t's (its dV / dK / dQ GEMMs retire at the end of its step t, before
-// it reaches step t + 1's first barrier, which comes before step t + 2's writes).
+// the other may still read step t's (its dV and dQ GEMMs retire at the end of its step t and its dK
+// GEMM early in step t + 1, before it reaches that step's first barrier, which comes before step
+// t + 2's writes).
 // dK (times scale) and dV are written once at the end.
-// Issuing step t + 1's S^T GEMM before step t's dQ additions, so that the tensor cores have it while
-// they go out, ran the backward 12-23% slower (default) and 4-11% (deterministic) on an H100
-// (bench/results/2026-12-06_run27): but both forms measured had their wgmmas serialised by ptxas
-// (S^T's accumulator carried across the loop, C7515; the loop rotated with dQ's accumulator
-// carried, C7514 / C7518), so the overlap itself is not yet measured; scripts/ptxas_check.sh.
+// The rotated loop made the backward 2-4% faster (default) and 3-7% (deterministic) than dQ's
+// additions behind the dK GEMM alone, H100, bench/results/2026-12-07_run28. Two earlier forms of it
+// were 12-23% slower because ptxas serialised their wgmmas (C7515 / C7514 / C7518,
+// bench/results/2026-12-06_run27); scripts/ptxas_check.sh reports these notes.
 //
 // Cluster pairs (Traits::kClusterN == 2; deterministic only with kPairDq): the blocks of key tiles
 // 2 j and 2 j + 1 of a (batch, KV head) run as one cluster and both walk the Q tiles that see
@@ -286,8 +287,59 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     sm80::spin_until_dq_turn(sema, kCluster * turn);
   };
 
+  // Step t's dQ additions (kDeterministic: in its turn) and the release of its stage run at the top
+  // of step t + 1, once that step's S^T GEMM is issued: the tensor cores have S^T (and step t's dK)
+  // while the additions go out, and step t + 1 finds S^T computed. What crosses the loop's back edge
+  // is scale * dQ in registers of its own, taken at the end of step t: ptxas serialises every wgmma
+  // of the loop when ordinary instructions write an accumulator that crosses it (C7515: S^T
+  // carried, the softmax writing it), read one while another wgmma is in flight (C7514: the
+  // accumulator itself carried and read by the additions) and, with a plain copy of it carried,
+  // too (C7518), which the product by the scale does not draw (ptxas, nvcc 13.0).
+  Tensor dq = make_fragment_like(partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  auto add_dq = [&](int step, const DqWalkPos& at) {
+    const int m0 = at.m_block * kBlockM;
+    if (kPairDq && pair_dq) {
+      // The owner of these columns (warpgroup `rank`) adds the pair's sum (take_dq, at the end of
+      // the step); the other sent its share.
+      // Deterministic: in the pair's turn, which the turn warp passes on (bwd_pass_dq_turns).
+      constexpr int kWgThreads = Traits::kThreadsPerWarpGroup;
+      if (mma_tid / kWgThreads == rank) {
+        if constexpr (kDeterministic) {
+          if (mma_tid % kWgThreads == 0) take_dq_turn(step, at, m0);
+          NamedBarrier::sync(kWgThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
+        }
+        sm80::add_dq_tile<Traits>(p, geo, thr_dq, dq, at.head, m0, 0, 1.0f);
+      }
+      if constexpr (kDeterministic) ClusterBarrier::arrive(&s.dq_issued[step % 2]);
+    } else if constexpr (kDeterministic) {
+      // In the step's turn, which the turn warp passes on (bwd_pass_dq_turns).
+      if (mma_tid == 0) take_dq_turn(step, at, m0);
+      NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
+      sm80::add_dq_tile<Traits>(p, geo, thr_dq, dq, at.head, m0, 0, 1.0f);
+      ClusterBarrier::arrive(&s.dq_issued[step % 2]);
+    } else {
+      sm80::add_dq_tile<Traits>(p, geo, thr_dq, dq, at.head, m0, 0, 1.0f);
+    }
+  };
+  // At the end of step t, with only its dK GEMM in flight: a cluster pair sums dQ (exchange_dq),
+  // then the copy.
+  auto take_dq = [&](auto& acc_dq, int step) {
+    warpgroup_wait<1>();  // dV and dQ retired; dK may be in flight
+    warpgroup_fence_operand(acc_dq);
+    if (kPairDq && pair_dq) exchange_dq<Traits>(s, acc_dq, step % kStages, step, rank, mma_tid);
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < size(dq); ++i) dq(i) = acc_dq(i) * p.scale;
+    warpgroup_fence_operand(dq);
+  };
+  // After the additions: every wgmma of this warpgroup that reads the stage's Q or dO has
+  // completed (the caller's wait), and so have its reads of the statistics.
+  auto release_stage = [&](int step) {
+    ClusterBarrier::arrive(&s.stage_empty[step % kStages]);
+  };
+
   if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);
   DqWalkPos pos = walk.first;
+  DqWalkPos prev = pos;
   CUTLASS_PRAGMA_NO_UNROLL
   for (int step = 0; step < num_steps; ++step) {
     const int stage = step % kStages;
@@ -298,6 +350,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::wait(&s.qdo_full[stage], stage_parity);
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tSrK, tSrQ(_, _, _, stage), tSrS);
+    // Every wait unconditional (at step 0 nothing but this S^T is in flight): a wait that only some
+    // paths take makes ptxas inject its own and serialise the wgmmas (C7517 / C7518).
+    if (step > 0) add_dq(step - 1, prev);
+    warpgroup_wait<1>();  // step - 1's dK retired
+    if (step > 0) release_stage(step - 1);
     Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrV, tdPrdO(_, _, _, stage), tdPrdP);
     ClusterBarrier::wait(&s.stats_full[stage], stage_parity);
@@ -324,42 +381,19 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
     dscores_t(dp, scores, coords, stage_dsum);
     publish(tdPrdP, ds_smem, buf, BwdSplitBarrier::kDsWritten);
-    // dQ before dK: its additions go out while the dK GEMM runs.
+    // dQ before dK: its additions go out while the dK GEMM (and the next S^T) runs.
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buf), tdQrKt, acc_dq);
     wgmma_gemm<false, -1>(mma_dkv, tdKrdS(_, _, _, buf), tdKrQt(_, _, _, stage), acc_dk);
-    warpgroup_wait<1>();  // dV and dQ retired; dK may still be in flight
-    warpgroup_fence_operand(acc_dq);
-    if (kPairDq && pair_dq) {
-      exchange_dq<Traits>(s, acc_dq, stage, step, rank, mma_tid);
-      // The owner of these columns (warpgroup `rank`) adds the pair's sum; the other sent its share.
-      // Deterministic: in the pair's turn, which the turn warp passes on (bwd_pass_dq_turns).
-      constexpr int kWgThreads = Traits::kThreadsPerWarpGroup;
-      if (mma_tid / kWgThreads == rank) {
-        if constexpr (kDeterministic) {
-          if (mma_tid % kWgThreads == 0) take_dq_turn(step, pos, m0);
-          NamedBarrier::sync(kWgThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
-        }
-        sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
-      }
-      if constexpr (kDeterministic) ClusterBarrier::arrive(&s.dq_issued[step % 2]);
-    } else if constexpr (kDeterministic) {
-      // In the step's turn, which the turn warp passes on (bwd_pass_dq_turns).
-      if (mma_tid == 0) take_dq_turn(step, pos, m0);
-      NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
-      sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
-      ClusterBarrier::arrive(&s.dq_issued[step % 2]);
-    } else {
-      sm80::accumulate_dq<Traits>(p, geo, thr_dq, acc_dq, pos.head, m0, 0, 1.0f);
-    }
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_dk);
-    warpgroup_fence_operand(acc_dv);
-    // Every wgmma of this warpgroup that reads the stage's Q or dO has completed, and so have its
-    // reads of the statistics.
-    ClusterBarrier::arrive(&s.stage_empty[stage]);
+    take_dq(acc_dq, step);
+    prev = pos;
     pos = walk.next(pos);
   }
+  if (num_steps > 0) add_dq(num_steps - 1, prev);
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc_dk);
+  warpgroup_fence_operand(acc_dv);
+  if (num_steps > 0) release_stage(num_steps - 1);
 
   // ---- dK (times scale) and dV, straight from the accumulators.
   sm80::store_dkv<Traits>(p, geo, thr_dkv, acc_dk, acc_dv, b, hk, n0, geo.len_k - n0, 1.0f, &p.numerics->nonfinite);
