@@ -28,12 +28,14 @@
 #   --ncu     then bench/ncu_kernels.sh on build A for these cases (about 20 s each), into OUTDIR/ncu
 #   --deadline skip --grid / --ncu when they would end later than SECONDS after the start (the
 #             device call's limit, less the time to send the results back)
+# OUTDIR ends with at most 8 files (what a device call returns): the logs in logs.tgz, the ncu
+# folder without its reports in ncu.tgz.
 # Environment: BUILD_JOBS (default: all cores), STEP_LIMIT (seconds the tests and racecheck may
 # each run, default 240: tests still running then are reported as a hang and nothing after them
 # runs), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 tree_b=""
@@ -78,7 +80,18 @@ gtest_flags=()
 [[ -d .gtest/lib/x86_64-linux-gnu/cmake/GTest ]] && gtest_flags=("-DGTest_DIR=$PWD/.gtest/lib/x86_64-linux-gnu/cmake/GTest")
 summary=()
 note() { summary+=("$1"); echo "gpu_ab: $1"; }
-finish() { printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"; exit "${1:-0}"; }
+# The device returns at most 8 files from OUTDIR: the logs go into logs.tgz and the ncu folder (less
+# its .ncu-rep reports) into ncu.tgz, leaving summary.txt, ab.md / ab.json, bench.md / bench.json,
+# ncu.log and the two archives.
+pack() {
+  local logs=()
+  for f in "$out"/build_*.log "$out"/tests_*.log "$out"/racecheck_*.log "$out"/ab.log "$out"/bench.log; do
+    [[ -f $f ]] && logs+=("$(basename "$f")")
+  done
+  (( ${#logs[@]} )) && tar czf "$out/logs.tgz" -C "$out" "${logs[@]}" && (cd "$out" && rm -f "${logs[@]}")
+  [[ -d $out/ncu ]] && tar czf "$out/ncu.tgz" -C "$out" --exclude='*.ncu-rep' ncu && rm -rf "$out/ncu"
+}
+finish() { printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"; pack; exit "${1:-0}"; }
 
 # Both builds take this tree's CUTLASS headers (tree B carries none of its own).
 configure() {  # SRC BUILD NAMESPACE TESTS

@@ -32,7 +32,11 @@
 // buffers' mbarriers and one may run up to a step ahead of the other: while one computes its
 // softmax, the other's GEMMs can keep the tensor cores busy (bf16 D 128 S 8k: backward time 0.92x
 // that with dQ(t) in step t behind a barrier of both; bench/results/2026-12-04_run17). The
-// deterministic kernel keeps dQ(t) in step t. The producer runs up to two stages ahead. dK (times
+// deterministic kernel keeps dQ(t) in step t. The producer runs up to two stages ahead. Leaving
+// dK(t) in flight into step t + 1 (dQ(t - 1) issued first, stage t released after the next S^T
+// issue; free of ptxas's C751x notes only with a wait before the tail) made the fp16 D 128 default
+// backward 5-9% slower and bf16 0.99-1.02x (H100, bench/results/2026-12-06_run29), probably as the later
+// release delays the producer's load into that stage. dK (times
 // scale) and dV are written once at the end.
 #pragma once
 #include <cute/tensor.hpp>

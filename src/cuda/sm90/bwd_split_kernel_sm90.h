@@ -23,6 +23,8 @@
 // additions behind the dK GEMM alone, H100, bench/results/2026-12-07_run28. Two earlier forms of it
 // were 12-23% slower because ptxas serialised their wgmmas (C7515 / C7514 / C7518,
 // bench/results/2026-12-06_run27); scripts/ptxas_check.sh reports these notes.
+// Moving the cluster pair's dQ exchange there too, behind the S^T issue on the scaled copies, made
+// the default backward 2-4% slower (run 29; reasoned: the step's atomics start later).
 //
 // Cluster pairs (Traits::kClusterN == 2; deterministic only with kPairDq): the blocks of key tiles
 // 2 j and 2 j + 1 of a (batch, KV head) run as one cluster and both walk the Q tiles that see
