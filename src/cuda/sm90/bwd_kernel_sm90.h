@@ -35,9 +35,8 @@
 // deterministic kernel keeps dQ(t) in step t. The producer runs up to two stages ahead. Leaving
 // dK(t) in flight into step t + 1 (dQ(t - 1) issued first, stage t released after the next S^T
 // issue; free of ptxas's C751x notes only with a wait before the tail) made the fp16 D 128 default
-// backward 5-9% slower and bf16 0.99-1.02x (H100, bench/results/2026-12-06_run29), probably as the later
-// release delays the producer's load into that stage. dK (times
-// scale) and dV are written once at the end.
+// backward 5-9% slower and bf16 0.99-1.02x (H100, bench/results/2026-12-06_run29; why fp16 is
+// not yet measured). dK (times scale) and dV are written once at the end.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
