@@ -25,7 +25,8 @@
 #             torch.ops.flashtrain, can also serve flashtrain's Python package afterwards)
 #   --grid    then build A's full benchmark grid (bench_attention.py --deterministic --precision-high,
 #             about 90 s), labelled COMMIT, into OUTDIR/bench.md and bench.json
-#   --ncu     then bench/ncu_kernels.sh on build A for these cases (about 20 s each), into OUTDIR/ncu
+#   --ncu     then bench/ncu_kernels.sh on build A for these cases (about 20 s each), into OUTDIR/ncu/a,
+#             and on build B into OUTDIR/ncu/b when the deadline leaves time
 #   --deadline skip --grid / --ncu when they would end later than SECONDS after the start (the
 #             device call's limit, less the time to send the results back)
 # OUTDIR ends with at most 8 files (what a device call returns): the logs in logs.tgz, the ncu
@@ -35,7 +36,7 @@
 # runs), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 tree_b=""
@@ -182,10 +183,17 @@ if [[ -n "$ncu_cases" && $rc_a == 0 ]]; then
   if (( SECONDS + 20 * ${#cases[@]} + 5 > deadline )); then
     note "ncu: skipped, $((deadline - SECONDS)) s left before the deadline"
   else
-    FLASHTRAIN_TORCH_LIBRARY=$lib_a timeout $((deadline - SECONDS)) bench/ncu_kernels.sh "$out/ncu" "${cases[@]}" \
+    FLASHTRAIN_TORCH_LIBRARY=$lib_a timeout $((deadline - SECONDS)) bench/ncu_kernels.sh "$out/ncu/a" "${cases[@]}" \
       > "$out/ncu.log" 2>&1
     note "ncu on A (${cases[*]}): exit $? ($((SECONDS - t0)) s in all)"
-    cat "$out/ncu/ncu_summary.md" 2>/dev/null
+    cat "$out/ncu/a/ncu_summary.md" 2>/dev/null
+    # B's operators are torch.ops.flashtrain_b (python/flashtrain/_load.py: FLASHTRAIN_TORCH_OP_NAMESPACE).
+    if [[ $rc_b == 0 ]] && (( SECONDS + 20 * ${#cases[@]} + 5 <= deadline )); then
+      FLASHTRAIN_TORCH_LIBRARY=$dir_b/python/flashtrain/libflashtrain_torch.so FLASHTRAIN_TORCH_OP_NAMESPACE=flashtrain_b \
+        timeout $((deadline - SECONDS)) bench/ncu_kernels.sh "$out/ncu/b" "${cases[@]}" >> "$out/ncu.log" 2>&1
+      note "ncu on B: exit $? ($((SECONDS - t0)) s in all)"
+      cat "$out/ncu/b/ncu_summary.md" 2>/dev/null
+    fi
   fi
 fi
 finish

@@ -8,6 +8,15 @@ import torch
 LIBRARY_NAME = "libflashtrain_torch.so"
 # Points at a library built outside the package (scripts/test_python.sh, CMake build trees).
 LIBRARY_ENV = "FLASHTRAIN_TORCH_LIBRARY"
+# The torch.ops namespace that library registers its operators in (CMake's
+# FLASHTRAIN_TORCH_OP_NAMESPACE): flashtrain, unless a second build made under another name is
+# loaded alone, e.g. build B of scripts/gpu_ab.sh under Nsight Compute.
+NAMESPACE_ENV = "FLASHTRAIN_TORCH_OP_NAMESPACE"
+
+
+def namespace():
+    """The operators' torch.ops namespace: $FLASHTRAIN_TORCH_OP_NAMESPACE, or flashtrain."""
+    return os.environ.get(NAMESPACE_ENV) or "flashtrain"
 
 _loaded_path = None
 

@@ -14,7 +14,8 @@ import torch
 from . import _compat, _load
 
 _load.load()
-_ops = torch.ops.flashtrain
+_NAMESPACE = _load.namespace()
+_ops = getattr(torch.ops, _NAMESPACE)
 
 # Element count of rng_state: (seed, offset).
 RNG_STATE_ELEMENTS = 2
@@ -128,5 +129,5 @@ def _bwd_fake(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
 
 
 if _compat.HAS_REGISTER_FAKE:
-    torch.library.register_fake("flashtrain::fwd")(_fwd_fake)
-    torch.library.register_fake("flashtrain::bwd")(_bwd_fake)
+    torch.library.register_fake(_NAMESPACE + "::fwd")(_fwd_fake)
+    torch.library.register_fake(_NAMESPACE + "::bwd")(_bwd_fake)

@@ -2,7 +2,8 @@
 and table, bench/ncu_stalls.py's read of the per-instruction table, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
 per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
-bench/ab_builds.py's per-side environment."""
+bench/ab_builds.py's per-side environment, and the operator namespace that lets one of its builds
+be profiled alone."""
 import importlib.util
 import os
 import sys
@@ -221,3 +222,16 @@ def test_ab_builds_env_per_side(monkeypatch):
     assert a.fwd(1, 2) == ("128", (1, 2))
     assert b.fwd() == ("long", ())
     assert a.fwd()[0] == "128"
+
+
+def test_operator_namespace_from_the_environment(monkeypatch):
+    # scripts/gpu_ab.sh profiles build B alone by loading it under its own torch.ops namespace.
+    import torch
+    from flashtrain import _load, ops
+    monkeypatch.delenv(_load.NAMESPACE_ENV, raising=False)
+    assert _load.namespace() == "flashtrain"
+    assert ops._ops is torch.ops.flashtrain
+    monkeypatch.setenv(_load.NAMESPACE_ENV, "flashtrain_b")
+    assert _load.namespace() == "flashtrain_b"
+    monkeypatch.setenv(_load.NAMESPACE_ENV, "")
+    assert _load.namespace() == "flashtrain"
