@@ -10,6 +10,11 @@ With --opcodes N: the N opcodes (first word of the instruction, predicate droppe
 executed warp instructions, with their stall samples; with --versus OTHER.sass.csv also the other
 kernel's counts and the difference, to see what one variant executes more of than another.
 
+With --barriers JSON --kernel KEY: the samples of every mbarrier wait (a SYNCS.PHASECHK try_wait
+and the branch / sleep instructions of its retry, where a waiting warp's samples land) totalled by
+the barrier it waits on, named from the shared-memory offset in its address and the offsets that
+bench/smem_barriers.sh writes for each kernel configuration (KEY, e.g. 'bwd_kernel_sm90 d128 fp16').
+
 Example (the sm90 backward's loop phases, indices read off the --top listing and the SASS):
   python3 bench/ncu_stalls.py OUT/bwd_kernel_sm90_s8192_d128_bf16_full.sass.csv --top 20 \\
       --regions 'S issue + dQ staging:1129-1280,softmax:1940-2040'
@@ -17,6 +22,8 @@ Example (the sm90 backward's loop phases, indices read off the --top listing and
 """
 import argparse
 import csv
+import json
+import re
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -69,6 +76,45 @@ def parse_regions(spec):
     return regions
 
 
+ADDRESS_OFFSET = re.compile(r"\[[^\]]*?0x([0-9a-fA-F]+)\]")
+
+
+def barrier_names(path, kernel):
+    """{byte offset: name} of one kernel configuration in bench/smem_barriers.sh's JSON; an array's
+    element 0 takes the array's name (SASS adds the element's index in a register)."""
+    with open(path) as f:
+        offsets = json.load(f)
+    if kernel not in offsets:
+        sys.exit(f"--kernel: '{kernel}' is not in {path} (it has: {', '.join(offsets)})")
+    names = {}
+    for name, offset in offsets[kernel].items():
+        names[offset] = name[:-3] if name.endswith("[0]") else name
+    return names
+
+
+def barrier_waits(table, names):
+    """[(name, samples)] of the mbarrier waits, most samples first: each SYNCS.PHASECHK with the
+    BRA / NANOSLEEP / SYNCS instructions right after it (its retry), by its address's offset."""
+    totals = {}
+    i = 0
+    while i < len(table):
+        src = table[i][0]
+        if opcode(src) != "SYNCS" or "PHASECHK" not in src:
+            i += 1
+            continue
+        m = ADDRESS_OFFSET.search(src)
+        offset = int(m.group(1), 16) if m else -1
+        name = names.get(offset, f"? offset 0x{offset:x}" if offset >= 0 else "? no offset")
+        samples = table[i][1]
+        j = i + 1
+        while j < len(table) and opcode(table[j][0]) in ("BRA", "NANOSLEEP") and j - i <= 2:
+            samples += table[j][1]
+            j += 1
+        totals[name] = totals.get(name, 0) + samples
+        i = j
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -77,7 +123,11 @@ def main():
     ap.add_argument("--regions", help="NAME:FIRST-LAST,... instruction index ranges (inclusive) to total")
     ap.add_argument("--opcodes", type=int, default=0, help="list this many opcodes by executed instructions")
     ap.add_argument("--versus", help="with --opcodes: a second .sass.csv to compare against")
+    ap.add_argument("--barriers", help="bench/smem_barriers.sh's JSON: total the mbarrier waits by barrier")
+    ap.add_argument("--kernel", help="with --barriers: the kernel configuration's key in that JSON")
     args = ap.parse_args()
+    if args.barriers and not args.kernel:
+        ap.error("--barriers needs --kernel")
 
     table = read_table(args.table)
     total = sum(t[1] for t in table) or 1
@@ -95,6 +145,10 @@ def main():
         for name, lo, hi in parse_regions(args.regions):
             s = sum(t[1] for t in table[lo:hi + 1])
             print(f"{name:32s} {lo:5d}-{hi:<5d} {100 * s / total:5.1f}%")
+    if args.barriers:
+        print("# mbarrier waits (try_wait and its retry), share of all samples")
+        for name, s in barrier_waits(table, barrier_names(args.barriers, args.kernel)):
+            print(f"{name:32s} {100 * s / total:5.1f}%")
     if args.opcodes:
         print_opcodes(table, read_table(args.versus) if args.versus else None, args.opcodes)
 

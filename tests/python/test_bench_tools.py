@@ -1,5 +1,5 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
-and table, bench/ncu_stalls.py's read of the per-instruction table, bench/plot_bench.py's
+and table, bench/ncu_stalls.py's read of the per-instruction table and its mbarrier waits, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
 per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
 bench/ab_builds.py's per-side environment, and the operator namespace that lets one of its builds
@@ -9,6 +9,15 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_main(module, *args):
+    """module.main() with sys.argv set to the script and args (restored after)."""
+    argv, sys.argv = sys.argv, [module.__name__ + ".py", *args]
+    try:
+        return module.main()
+    finally:
+        sys.argv = argv
 
 
 def load(name):
@@ -54,11 +63,7 @@ def test_ncu_summary_writes_table(tmp_path, capsys):
     ncu_summary = load("ncu_summary")
     (tmp_path / "a.raw.txt").write_text(RAW)
     out = tmp_path / "summary.md"
-    argv, sys.argv = sys.argv, ["ncu_summary.py", str(tmp_path), "--markdown", str(out)]
-    try:
-        assert ncu_summary.main() == 0
-    finally:
-        sys.argv = argv
+    assert run_main(ncu_summary, str(tmp_path), "--markdown", str(out)) == 0
     lines = out.read_text().splitlines()
     assert lines[0].startswith("| kernel, shape | us | regs |")
     assert lines[2].startswith("| a | 7095 | 254 |")
@@ -78,18 +83,38 @@ SASS_CSV = """"Kernel Name","bwd_kernel_sm90"
 def test_ncu_stalls_ranks_and_totals(tmp_path, capsys):
     ncu_stalls = load("ncu_stalls")
     (tmp_path / "k.sass.csv").write_text(SASS_CSV)
-    argv, sys.argv = sys.argv, ["ncu_stalls.py", str(tmp_path / "k.sass.csv"), "--top", "2",
-                                "--regions", "sync:1-2"]
-    try:
-        ncu_stalls.main()
-    finally:
-        sys.argv = argv
+    run_main(ncu_stalls, str(tmp_path / "k.sass.csv"), "--top", "2", "--regions", "sync:1-2")
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("# 100 stall samples")
     # The wgmma's samples have no reason in the table; the barrier's are 90% barrier.
     assert lines[1].split()[:3] == ["0", "50.0%", "unattributed"]
     assert lines[2].split()[:4] == ["1", "30.0%", "barrier", "90%,"]
     assert len(lines) == 5 and lines[4].split() == ["sync", "1-2", "50.0%"]
+
+
+def test_ncu_stalls_totals_mbarrier_waits_by_name(tmp_path, capsys):
+    # Two waits on the array qdo_full (base 0x38950, the index in a register), their retry
+    # branches, one on an offset the JSON does not know, and a wait on kv_full.
+    table = SASS_CSV.splitlines()[:2] + [
+        '"0x10","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R13+URZ+0x38950], R10","5","0","5","0","8"',
+        '"0x20","      @!P0  BRA 0x7fa2757cfef0","40","0","40","0","8"',
+        '"0x30","      FFMA R13, R184, UR11, -R16","10","0","0","0","8"',
+        '"0x40","      SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [R2+URZ+0x38948], R3","1","0","1","0","8"',
+        '"0x50","      @!P2  NANOSLEEP.SYNCS 0x989680","0","0","0","0","8"',
+        '"0x60","      @!P2  SYNCS.PHASECHK.TRANS64 P2, [R2+URZ+0x38948], R3","4","0","4","0","8"',
+        '"0x70","      @!P2  BRA 0x7fa2757cfe50","20","0","20","0","8"',
+        '"0x80","      SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR29+0x38960], R10","20","0","20","0","8"',
+    ]
+    (tmp_path / "k.sass.csv").write_text("\n".join(table) + "\n")
+    (tmp_path / "b.json").write_text('{"k": {"kv_full": 231752, "qdo_full[0]": 231760, "qdo_full[1]": 231768}}')
+    ncu_stalls = load("ncu_stalls")
+    run_main(ncu_stalls, str(tmp_path / "k.sass.csv"), "--top", "0", "--barriers",
+             str(tmp_path / "b.json"), "--kernel", "k")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# 100 stall samples")
+    assert lines[2:] == ["qdo_full                          45.0%",
+                         "kv_full                           25.0%",
+                         "? offset 0x38960                  20.0%"]
 
 
 def test_ncu_stalls_opcodes_versus(tmp_path, capsys):
@@ -99,12 +124,8 @@ def test_ncu_stalls_opcodes_versus(tmp_path, capsys):
     other = SASS_CSV.replace('"0x30","      FENCE.VIEW.ASYNC.S","20","0","20","0","8"',
                              '"0x30","      @!P0 HGMMA.64x64x16.F32.BF16 R0, gdesc[UR4], RZ","5","0","0","0","16"')
     (tmp_path / "b.sass.csv").write_text(other)
-    argv, sys.argv = sys.argv, ["ncu_stalls.py", str(tmp_path / "a.sass.csv"), "--top", "0",
-                                "--opcodes", "3", "--versus", str(tmp_path / "b.sass.csv")]
-    try:
-        ncu_stalls.main()
-    finally:
-        sys.argv = argv
+    run_main(ncu_stalls, str(tmp_path / "a.sass.csv"), "--top", "0", "--opcodes", "3", "--versus",
+             str(tmp_path / "b.sass.csv"))
     lines = capsys.readouterr().out.splitlines()
     assert "(all: 80 - 88 = -8)" in lines[1]
     assert lines[2].split() == ["HGMMA", "64", "50", "80", "55", "-16", "-5"]
