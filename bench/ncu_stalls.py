@@ -93,8 +93,9 @@ def barrier_names(path, kernel):
 
 
 def barrier_waits(table, names):
-    """[(name, samples)] of the mbarrier waits, most samples first: each SYNCS.PHASECHK with the
-    BRA / NANOSLEEP / SYNCS instructions right after it (its retry), by its address's offset."""
+    """[(name, samples)] of the mbarrier waits, most samples first: each SYNCS.PHASECHK (a try_wait
+    or its retry's test) with up to two BRA / NANOSLEEP instructions right after it, where the
+    waiting warps' samples land, by its address's offset."""
     totals = {}
     i = 0
     while i < len(table):

@@ -183,16 +183,15 @@ if [[ -n "$ncu_cases" && $rc_a == 0 ]]; then
   if (( SECONDS + 20 * ${#cases[@]} + 5 > deadline )); then
     note "ncu: skipped, $((deadline - SECONDS)) s left before the deadline"
   else
-    FLASHTRAIN_TORCH_LIBRARY=$lib_a timeout $((deadline - SECONDS)) bench/ncu_kernels.sh "$out/ncu/a" "${cases[@]}" \
-      > "$out/ncu.log" 2>&1
-    note "ncu on A (${cases[*]}): exit $? ($((SECONDS - t0)) s in all)"
-    cat "$out/ncu/a/ncu_summary.md" 2>/dev/null
-    # B's operators are torch.ops.flashtrain_b (python/flashtrain/_load.py: FLASHTRAIN_TORCH_OP_NAMESPACE).
+    profile() {  # SIDE LIBRARY NAMESPACE (B's operators: torch.ops.flashtrain_b, python/flashtrain/_load.py)
+      FLASHTRAIN_TORCH_LIBRARY=$2 FLASHTRAIN_TORCH_OP_NAMESPACE=$3 timeout $((deadline - SECONDS)) \
+        bench/ncu_kernels.sh "$out/ncu/$1" "${cases[@]}" >> "$out/ncu.log" 2>&1
+      note "ncu on ${1^^} (${cases[*]}): exit $? ($((SECONDS - t0)) s in all)"
+      cat "$out/ncu/$1/ncu_summary.md" 2>/dev/null
+    }
+    profile a "$lib_a" flashtrain
     if [[ $rc_b == 0 ]] && (( SECONDS + 20 * ${#cases[@]} + 5 <= deadline )); then
-      FLASHTRAIN_TORCH_LIBRARY=$dir_b/python/flashtrain/libflashtrain_torch.so FLASHTRAIN_TORCH_OP_NAMESPACE=flashtrain_b \
-        timeout $((deadline - SECONDS)) bench/ncu_kernels.sh "$out/ncu/b" "${cases[@]}" >> "$out/ncu.log" 2>&1
-      note "ncu on B: exit $? ($((SECONDS - t0)) s in all)"
-      cat "$out/ncu/b/ncu_summary.md" 2>/dev/null
+      profile b "$PWD/$dir_b/python/flashtrain/libflashtrain_torch.so" flashtrain_b
     fi
   fi
 fi

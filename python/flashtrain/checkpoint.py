@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from . import _compat, _load
+from . import _compat, ops
 
 # Attention forward FLOPs are 4*B*H*Sq*Sk*D and backward 2.5x that (DESIGN.md §5), so a recomputed
 # forward adds 1 / (1 + 2.5) of attention's training cost.
@@ -72,7 +72,7 @@ def _attention_output_cached():
     from torch.utils import checkpoint as tc
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-    op = getattr(torch.ops, _load.namespace()).fwd.default
+    op = ops._ops.fwd.default
     for mode in _get_current_dispatch_mode_stack():
         if not isinstance(mode, tc._CachedTorchDispatchMode):
             continue
@@ -120,7 +120,7 @@ def reset_warning():
 
 def attention_ops():
     """The operators whose outputs policy() saves."""
-    return (getattr(torch.ops, _load.namespace()).fwd.default,)
+    return (ops._ops.fwd.default,)
 
 
 def policy_fn(ctx, op, *args, **kwargs):
