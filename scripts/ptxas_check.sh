@@ -8,18 +8,25 @@
 # two minutes on two cores; run it on every kernel change before a device call.
 #   scripts/ptxas_check.sh src/cuda/instantiations/bwd_hdim256_bf16_sm90.cu [more .cu files]
 #   HDIMS="64;128" scripts/ptxas_check.sh ...   (the FLASHTRAIN_HDIMS_BUILT the files expect)
+#   scripts/ptxas_check.sh --order FILE.cu   also prints where ptxas put each sm90 kernel's wgmma
+#     issues, waits, MUFU and F2FP runs (bench/sass_order.py; cuobjdump from scripts/fetch_sass_tools.sh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+order=0
+[[ "$1" == "--order" ]] && { order=1; shift; }
+[[ $order == 0 || -x .sass-tools/cuobjdump ]] || { echo "ptxas_check: .sass-tools/cuobjdump missing (scripts/fetch_sass_tools.sh)" >&2; exit 2; }
 [[ -d .cutlass/include ]] || { echo "ptxas_check: .cutlass/include missing (scripts/fetch_cutlass.sh)" >&2; exit 2; }
 status=0
 for src in "$@"; do
   log=$(mktemp)
+  obj=/dev/null
+  (( order )) && obj=$(mktemp --suffix=.cubin)
   echo "== $src"
   if ! nvcc -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED=1 "-DFLASHTRAIN_HDIMS_BUILT=\"${HDIMS:-64;128;256}\"" \
       -DFLASHTRAIN_WITH_CUDA=1 -Iinclude -Isrc -I.cutlass/include -O3 -DNDEBUG -Xcompiler=-fPIC \
       -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++17 \
-      -Xptxas=-v -Xptxas=-warn-spills -x cu -c "$src" -o /dev/null > "$log" 2>&1; then
+      -Xptxas=-v -Xptxas=-warn-spills -x cu $( ((order)) && echo -cubin || echo -c) "$src" -o "$obj" > "$log" 2>&1; then
     tail -20 "$log"; status=1; rm -f "$log"; continue
   fi
   # ptxas names the function on its "Function properties" line; the spills follow on the next.
@@ -28,6 +35,7 @@ for src in "$@"; do
        /C751[0-9]/ { n = split($0, w, " "); printf "  %s %s\n", substr($0, index($0, "(C751"), 7), w[n] }' "$log" |
     c++filt | sed "s/'//g"
   grep -qE "C751[0-9]" "$log" && status=1
+  (( order )) && { .sass-tools/cuobjdump -sass "$obj" | python3 bench/sass_order.py; rm -f "$obj"; }
   rm -f "$log"
 done
 exit $status

@@ -2,8 +2,8 @@
 and table, bench/ncu_stalls.py's read of the per-instruction table and its mbarrier waits, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
 per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
-bench/ab_builds.py's per-side environment, and the operator namespace that lets one of its builds
-be profiled alone."""
+bench/ab_builds.py's per-side environment, the operator namespace that lets one of its builds
+be profiled alone, and bench/sass_order.py's read of a cuobjdump listing."""
 import importlib.util
 import os
 import sys
@@ -256,3 +256,33 @@ def test_operator_namespace_from_the_environment(monkeypatch):
     assert _load.namespace() == "flashtrain_b"
     monkeypatch.setenv(_load.NAMESPACE_ENV, "")
     assert _load.namespace() == "flashtrain"
+
+
+# Two functions in the shape `cuobjdump -sass` prints them (addresses in bytes, 16 an instruction).
+SASS_LISTING = """
+\t\tFunction : _ZN10flashtrain4cuda4sm9015fwd_kernel_sm90Ev
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
+        /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24, gsb0 ;
+        /*0030*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0040*/                   FMNMX R0, R25, R24, !PT ;
+        /*0050*/                   MUFU.EX2 R24, R24 ;
+        /*0060*/                   MUFU.EX2 R25, R25 ;
+        /*0070*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0080*/                   F2FP.BF16.F32.PACK_AB R30, R25, R24 ;
+        /*0090*/               @!P0 BRA 0x10 ;
+\t\tFunction : _ZN10flashtrain4cuda4sm8010fwd_kernelEv
+        /*0000*/                   MUFU.EX2 R2, R2 ;
+"""
+
+
+def test_sass_order_collapses_runs_in_address_order(tmp_path, capsys):
+    sass_order = load("sass_order")
+    (tmp_path / "k.sass").write_text(SASS_LISTING)
+    run_main(sass_order, str(tmp_path / "k.sass"))
+    lines = capsys.readouterr().out.splitlines()
+    # Only the sm90 kernel (the default --kernel); the waits carry their group count.
+    assert lines == ["== _ZN10flashtrain4cuda4sm9015fwd_kernel_sm90Ev",
+                     "  1:HGMMAx2 3:WAIT<1>x1 4:FMNMXx1 5:MUFUx2 7:WAIT<0>x1 8:F2FPx1 9:BRAx1"]
+    assert sass_order.classify("@P1 BAR.ARV R2, 0x100") == "BAR.ARV"
+    assert sass_order.classify("IMAD R2, R3, R4, RZ") is None
