@@ -27,7 +27,7 @@ for src in "$@"; do
       -DFLASHTRAIN_WITH_CUDA=1 -Iinclude -Isrc -I.cutlass/include -O3 -DNDEBUG -Xcompiler=-fPIC \
       -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++17 \
       -Xptxas=-v -Xptxas=-warn-spills -x cu $( ((order)) && echo -cubin || echo -c) "$src" -o "$obj" > "$log" 2>&1; then
-    tail -20 "$log"; status=1; rm -f "$log"; continue
+    tail -20 "$log"; status=1; rm -f "$log"; (( order )) && rm -f "$obj"; continue
   fi
   # ptxas names the function on its "Function properties" line; the spills follow on the next.
   awk '/Function properties for/ { fn = $NF }
