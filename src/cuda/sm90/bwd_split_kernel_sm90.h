@@ -9,8 +9,9 @@
 //   dV  += P^T dO                    (wgmma, in flight while dS^T is computed)
 //   dS^T = P^T * (dP^T - D)          -> shared memory, then a barrier of both consumers
 //   dQ = dS K, dK += dS^T Q          (wgmma)
-//   scale * dQ copied to registers of its own; its atomic additions into dq_accum run at the top of
-//   step t + 1, once that step's S^T GEMM is issued, while the tensor cores have S^T and step t's dK
+//   scale * dQ copied to registers of its own; its atomic additions into dq_accum (vector reductions,
+//   bwd_dq_atomics_sm90.h) run at the top of step t + 1, once that step's S^T GEMM is issued, while
+//   the tensor cores have S^T and step t's dK
 //   (kDeterministic: in the step's turn of tile_range.h's schedule, taken by one thread for both
 //   consumers; the producer's turn warp passes the turn on once the atomics are visible,
 //   bwd_pass_dq_turns, so that the consumers go on while they drain)
@@ -47,6 +48,7 @@
 #include "../common/mask_tile.h"
 #include "../sm80/bwd_epilogue.h"
 #include "../sm80/bwd_params.h"
+#include "bwd_dq_atomics_sm90.h"
 #include "bwd_params_sm90.h"
 #include "bwd_producer_sm90.h"
 #include "bwd_smem_stores_sm90.h"
@@ -298,6 +300,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // accumulator itself carried and read by the additions) and, with a plain copy of it carried,
   // too (C7518), which the product by the scale does not draw (ptxas, nvcc 13.0).
   Tensor dq = make_fragment_like(partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // dq into dq_accum's Q tile m0 of query head `head` (rows past the sequence left out).
+  auto add_dq_tile = [&](int head, int m0) {
+    float* tile = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0) * p.heads_q + head) * kHeadDim;
+    add_rows_reduce<kBlockM, kHeadDim>(tile, static_cast<int64_t>(p.heads_q) * kHeadDim, thr_dq, dq, geo.len_q - m0);
+  };
   auto add_dq = [&](int step, const DqWalkPos& at) {
     const int m0 = at.m_block * kBlockM;
     if (kPairDq && pair_dq) {
@@ -310,17 +317,17 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
           if (mma_tid % kWgThreads == 0) take_dq_turn(step, at, m0);
           NamedBarrier::sync(kWgThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
         }
-        sm80::add_dq_tile<Traits>(p, geo, thr_dq, dq, at.head, m0, 0, 1.0f);
+        add_dq_tile(at.head, m0);
       }
       if constexpr (kDeterministic) ClusterBarrier::arrive(&s.dq_issued[step % 2]);
     } else if constexpr (kDeterministic) {
       // In the step's turn, which the turn warp passes on (bwd_pass_dq_turns).
       if (mma_tid == 0) take_dq_turn(step, at, m0);
       NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
-      sm80::add_dq_tile<Traits>(p, geo, thr_dq, dq, at.head, m0, 0, 1.0f);
+      add_dq_tile(at.head, m0);
       ClusterBarrier::arrive(&s.dq_issued[step % 2]);
     } else {
-      sm80::add_dq_tile<Traits>(p, geo, thr_dq, dq, at.head, m0, 0, 1.0f);
+      add_dq_tile(at.head, m0);
     }
   };
   // At the end of step t, with only its dK GEMM in flight: a cluster pair sums dQ (exchange_dq),

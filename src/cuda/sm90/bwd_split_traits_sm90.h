@@ -39,7 +39,6 @@ struct BwdSplitTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 64, 2, kClusterN_
   using Base::kNumMmaWarpGroups;
   using Base::kSmemAlign;
   static_assert(kHeadDim == 256, "sm90 split-D backward: head dim 256");
-  static constexpr int kDqChunk = kHeadDim;  // sm80::accumulate_dq adds the whole row at once
   static constexpr bool kSplitD = true;
   static constexpr bool kScaledDs = false;  // bwd_fetch_stats: no fp16 dS scales
   using ElementdQ = Element;

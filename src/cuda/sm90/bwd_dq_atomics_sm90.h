@@ -1,0 +1,52 @@
+// The D = 256 split-D backward's dQ additions into dq_accum (bwd_split_kernel_sm90.h): one vector
+// reduction (red.global.add.v2.f32) per column pair of the thread's wgmma accumulator rows, each
+// row's address and bounds test computed once.
+//
+// Why not sm80::add_dq_tile (its form until run 32): with the generic per-element form - the
+// address from the element's (row, column) times the row stride, then `if (row < rows)
+// atomicAdd(float2)` - ptxas (nvcc 13.0) recomputes a 64-bit address per reduction, wraps each in a
+// divergence branch (BSSY / BRA / BSYNC), and, short of registers, builds the next address in the
+// registers the previous REDG is still to read, so that every reduction waits for the one before it
+// to take its operands (SASS of the pair kernel: about 12 instructions per reduction, 34 branches
+// per 32 reductions). Here the column offsets are constants (the accumulator's static layout), so
+// each reduction is one REDG at [row address + immediate], under one bounds branch a row.
+#pragma once
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+#include "wgmma_utils_sm90.h"
+
+namespace flashtrain::cuda::sm90 {
+
+// ptr[0 .. 1] += (x, y): relaxed, device scope, as atomicAdd(float2*).
+__device__ __forceinline__ void red_add_f32x2(float* ptr, float x, float y) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" : : "l"(ptr), "f"(x), "f"(y) : "memory");
+}
+
+// Adds rows [0, rows) of this thread's part of a (kRows x kCols) wgmma accumulator `acc` (thr's
+// partition of the tile) into the fp32 tile at `tile` (row stride `row_stride` floats).
+template <int kRows, int kCols, class ThrMma, class Acc>
+__device__ __forceinline__ void add_rows_reduce(float* tile, int64_t row_stride, ThrMma const& thr, Acc const& acc,
+                                                int rows) {
+  using namespace cute;
+  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
+  Tensor coord_rc = make_tensor(coord.data(), accumulator_rowcol(coord.layout()));
+  Tensor acc_rc = make_tensor(acc.data(), accumulator_rowcol(acc.layout()));
+  static_assert(decltype(size<1>(acc_rc))::value % 2 == 0, "accumulator rows come in column pairs");
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < size<0>(acc_rc); ++r) {
+    const int row = get<0>(coord_rc(r, 0));
+    const int col = get<1>(coord_rc(r, 0));
+    float* row_ptr = tile + row * row_stride + col;
+    if (row < rows) {  // one divergent branch a row (ptxas branches around each predicated REDG)
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(acc_rc); c += 2) {
+        // The column's distance from the row's first is a constant of the layout.
+        red_add_f32x2(row_ptr + (get<1>(coord_rc(r, c)) - col), acc_rc(r, c), acc_rc(r, c + 1));
+      }
+    }
+  }
+}
+
+}  // namespace flashtrain::cuda::sm90
