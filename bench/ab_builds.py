@@ -8,6 +8,9 @@ Build A registers its operators under torch.ops.flashtrain; build B must be conf
 case times the raw operators rep by rep in alternation (A B B A ...), each rep between its own
 CUDA events, and compares medians (guard_cost.py's method): separate processes drift by a few
 percent, as much as most changes under test. scripts/gpu_ab.sh builds both trees and runs this.
+Each case also runs both builds once on the same inputs and reports how far B's outputs are from
+A's (max |B - A| over max |A| for out, dq, dk, dv; 0 is bit for bit), so a change that must not
+move the results shows it did not.
 
 Two settings of one build: give the same library as --a and --b and set what differs with
 --env-a / --env-b (NAME=VALUE, comma-separated), which are put into the environment before each of
@@ -25,7 +28,7 @@ import os
 import sys
 import time
 
-from guard_cost import HIDDEN, TOKENS, fwd_only, time_case, write_outputs
+from guard_cost import HIDDEN, TOKENS, fwd_bwd, fwd_only, time_case, write_outputs
 
 
 def parse_args():
@@ -71,6 +74,33 @@ def parse_env(text):
     return dict(pairs)
 
 
+def relative_diff(a, b):
+    """max |b - a| / max |a| over two tensors (max |b - a| where a is all zero); inf if b has a
+    non-finite value where a does not."""
+    a, b = a.double(), b.double()
+    if not bool(b.isfinite().all()) and bool(a.isfinite().all()):
+        return float("inf")
+    scale = float(a.abs().max()) if a.numel() else 0.0
+    diff = float((b - a).abs().max()) if a.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+def output_diffs(a_ops, b_ops, q, k, v, dout, causal, deterministic):
+    """B's out, dq, dk, dv against A's on one case: {name: relative_diff(A's, B's)}."""
+    out_a, _ = fwd_only(a_ops, q, k, v, dout, causal)
+    out_b, _ = fwd_only(b_ops, q, k, v, dout, causal)
+    grads_a = fwd_bwd(a_ops, q, k, v, dout, causal, deterministic)
+    grads_b = fwd_bwd(b_ops, q, k, v, dout, causal, deterministic)
+    diffs = {"out": relative_diff(out_a, out_b)}
+    diffs.update({name: relative_diff(x, y) for name, x, y in zip(("dq", "dk", "dv"), grads_a, grads_b)})
+    return diffs
+
+
+def format_diffs(diffs):
+    """'out 0 / dq 2.1e-04 / ...' (0: bit for bit)."""
+    return " / ".join(f"{name} {0 if x == 0 else format(x, '.1e')}" for name, x in diffs.items())
+
+
 def main():
     args = parse_args()
     import torch
@@ -114,13 +144,15 @@ def main():
         if (dt, d, s, causal) not in fwd_cache:
             fwd_cache[dt, d, s, causal] = time_case(ops, q, k, v, dout, causal, args.reps, step=fwd_only)
         fwd_ms = fwd_cache[dt, d, s, causal]
+        diffs = output_diffs(ops[label_a], ops[label_b], q, k, v, dout, causal, det)
         bwd = (ms[label_a] - fwd_ms[label_a]) / (ms[label_b] - fwd_ms[label_b])
         # Forward 4 B S^2 H D flops (2 GEMMs), backward 2.5x that; causal half.
         flops = 3.5 * 4 * b * s * s * h * d * (0.5 if causal else 1.0)
         results.append({"dtype": dt, "dim": d, "seqlen": s, "causal": causal, "deterministic": det,
                         "a_ms": ms[label_a], "b_ms": ms[label_b],
                         "a_tflops": flops / ms[label_a] / 1e9, "b_tflops": flops / ms[label_b] / 1e9,
-                        "a_fwd_ms": fwd_ms[label_a], "b_fwd_ms": fwd_ms[label_b], "bwd_ratio": bwd})
+                        "a_fwd_ms": fwd_ms[label_a], "b_fwd_ms": fwd_ms[label_b], "bwd_ratio": bwd,
+                        "diffs": diffs})
         fwd_note = f", forward {fwd_ms[label_a] / fwd_ms[label_b]:.3f}, backward {bwd:.3f}"
         print(f"[{idx + 1}/{len(grid)}] {dt} D={d} S={s} causal={causal} det={det}: {label_b}/{label_a} speed "
               f"{ms[label_a] / ms[label_b]:.3f}{fwd_note} ({time.time() - t0:.0f}s)", file=sys.stderr, flush=True)
@@ -133,13 +165,14 @@ def main():
              "pass by pass.",
              "", f"| dtype | D | S | causal | deterministic | ms {label_a} / {label_b} | TFLOP/s {label_a} / {label_b} "
              f"| speed {label_b} / {label_a} | forward ms {label_a} / {label_b} | forward speed {label_b} / {label_a} "
-             f"| backward speed {label_b} / {label_a} |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"| backward speed {label_b} / {label_a} | {label_b} against {label_a}: max diff / max |{label_a}| |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         fwd = f"{r['a_fwd_ms']:.3f} / {r['b_fwd_ms']:.3f} | {r['a_fwd_ms'] / r['b_fwd_ms']:.3f} | {r['bwd_ratio']:.3f}"
         lines.append(f"| {r['dtype']} | {r['dim']} | {r['seqlen']} | {'yes' if r['causal'] else 'no'} | "
                      f"{'yes' if r['deterministic'] else 'no'} | {r['a_ms']:.3f} / {r['b_ms']:.3f} | "
-                     f"{r['a_tflops']:.0f} / {r['b_tflops']:.0f} | {r['a_ms'] / r['b_ms']:.3f} | {fwd} |")
+                     f"{r['a_tflops']:.0f} / {r['b_tflops']:.0f} | {r['a_ms'] / r['b_ms']:.3f} | {fwd} | "
+                     f"{format_diffs(r['diffs'])} |")
     write_outputs(args, "\n".join(lines) + "\n", meta, results)
     return 0
 

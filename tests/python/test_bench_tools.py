@@ -2,8 +2,9 @@
 and table, bench/ncu_stalls.py's read of the per-instruction table and its mbarrier waits, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
 per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
-bench/ab_builds.py's per-side environment, the operator namespace that lets one of its builds
-be profiled alone, and bench/sass_order.py's read of a cuobjdump listing."""
+bench/ab_builds.py's per-side environment and its comparison of the two builds' outputs, the
+operator namespace that lets one of its builds be profiled alone, and bench/sass_order.py's read
+of a cuobjdump listing."""
 import importlib.util
 import os
 import sys
@@ -243,6 +244,39 @@ def test_ab_builds_env_per_side(monkeypatch):
     assert a.fwd(1, 2) == ("128", (1, 2))
     assert b.fwd() == ("long", ())
     assert a.fwd()[0] == "128"
+
+
+def test_ab_builds_output_diffs():
+    import torch
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    try:
+        ab = load("ab_builds")
+    finally:
+        sys.path.pop(0)
+    a = torch.tensor([[1.0, -4.0], [2.0, 0.5]])
+    assert ab.relative_diff(a, a.clone()) == 0.0
+    assert ab.relative_diff(a, a + torch.tensor([[0.0, 0.0], [0.0, 0.25]])) == 0.25 / 4.0
+    assert ab.relative_diff(torch.zeros(3), torch.tensor([0.0, 0.5, 0.0])) == 0.5
+    assert ab.relative_diff(a, torch.full_like(a, float("nan"))) == float("inf")
+
+    class Ops:
+        """fwd / bwd with the operators' return shapes; `shift` moves dk only."""
+
+        def __init__(self, shift):
+            self.shift = shift
+
+        def fwd(self, q, k, v, *rest):
+            return q + v, q.sum(-1)
+
+        def bwd(self, dout, q, k, v, *rest):
+            return dout * 2.0, k + self.shift, v * 3.0
+
+    q, k, v, dout = (torch.arange(8.0).reshape(2, 4) + i for i in range(4))
+    diffs = ab.output_diffs(Ops(0.0), Ops(1.0), q, k, v, dout, causal=False, deterministic=False)
+    assert list(diffs) == ["out", "dq", "dk", "dv"]
+    assert diffs["out"] == diffs["dq"] == diffs["dv"] == 0.0
+    assert diffs["dk"] == 1.0 / float(k.abs().max())
+    assert ab.format_diffs({"out": 0.0, "dq": 2.1e-4}) == "out 0 / dq 2.1e-04"
 
 
 def test_operator_namespace_from_the_environment(monkeypatch):
