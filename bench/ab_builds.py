@@ -28,7 +28,7 @@ import os
 import sys
 import time
 
-from guard_cost import HIDDEN, TOKENS, fwd_bwd, fwd_only, time_case, write_outputs
+from guard_cost import HIDDEN, TOKENS, bwd_only, fwd_only, time_case, write_outputs
 
 
 def parse_args():
@@ -87,13 +87,10 @@ def relative_diff(a, b):
 
 def output_diffs(a_ops, b_ops, q, k, v, dout, causal, deterministic):
     """B's out, dq, dk, dv against A's on one case: {name: relative_diff(A's, B's)}."""
-    out_a, _ = fwd_only(a_ops, q, k, v, dout, causal)
-    out_b, _ = fwd_only(b_ops, q, k, v, dout, causal)
-    grads_a = fwd_bwd(a_ops, q, k, v, dout, causal, deterministic)
-    grads_b = fwd_bwd(b_ops, q, k, v, dout, causal, deterministic)
-    diffs = {"out": relative_diff(out_a, out_b)}
-    diffs.update({name: relative_diff(x, y) for name, x, y in zip(("dq", "dk", "dv"), grads_a, grads_b)})
-    return diffs
+    def outputs(ops):
+        out, lse = fwd_only(ops, q, k, v, dout, causal)
+        return (out, *bwd_only(ops, q, k, v, dout, out, lse, causal, deterministic))
+    return {name: relative_diff(x, y) for name, x, y in zip(("out", "dq", "dk", "dv"), outputs(a_ops), outputs(b_ops))}
 
 
 def format_diffs(diffs):

@@ -73,16 +73,22 @@ def load_builds(args):
     return ops
 
 
-def fwd_bwd(ops, q, k, v, dout, causal, deterministic=False):
-    """One forward and one backward through the raw operators (flashtrain/ops.py's arguments)."""
-    out, lse = ops.fwd(q, k, v, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None)
+def fwd_only(ops, q, k, v, dout, causal, deterministic=False):
+    """One forward through the raw operators (flashtrain/ops.py's arguments; dout and
+    deterministic unused): (out, lse)."""
+    return ops.fwd(q, k, v, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None)
+
+
+def bwd_only(ops, q, k, v, dout, out, lse, causal, deterministic=False):
+    """The backward of that forward's (out, lse): (dq, dk, dv)."""
     return ops.bwd(dout, q, k, v, out, lse, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None,
                    deterministic)
 
 
-def fwd_only(ops, q, k, v, dout, causal, deterministic=False):
-    """The forward of fwd_bwd alone (dout and deterministic unused)."""
-    return ops.fwd(q, k, v, None, None, 0, 0, 0.0, None, causal, False, -1, -1, 0.0, None, None)
+def fwd_bwd(ops, q, k, v, dout, causal, deterministic=False):
+    """One forward and one backward through the raw operators: (dq, dk, dv)."""
+    out, lse = fwd_only(ops, q, k, v, dout, causal)
+    return bwd_only(ops, q, k, v, dout, out, lse, causal, deterministic)
 
 
 def time_case(ops, q, k, v, dout, causal, reps, deterministic=False, step=fwd_bwd):
