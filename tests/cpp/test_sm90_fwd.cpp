@@ -106,6 +106,7 @@ TEST(BackwardTileOrder, VisitorsOfEachQTileAreContiguousFromFirstKeyTile) {
   check_backward_tile_order(64, 128, 3);   // sm80 D <= 128, sm90 D = 128
   check_backward_tile_order(128, 128, 4);  // sm90 D = 64
   check_backward_tile_order(64, 64, 5);    // sm80 D > 128
+  check_backward_tile_order(64, 80, 6);    // sm90 D = 256, 80-key tiles
 }
 
 // The deterministic grid as the hardware runs it: `heads` heads (Sq = sq, Sk = spec's) one after
@@ -261,9 +262,10 @@ TEST(BackwardTileOrder, DeterministicSchedulesAreCompleteAndFinish) {
   check_dq_schedules(64, 128, 6);   // sm90 D = 128
   check_dq_schedules(128, 128, 7);  // sm90 D = 64
   check_dq_schedules(64, 64, 8);    // sm80 D > 128 (sm80 D <= 128 is 64 x 128, as sm90 D = 128)
+  check_dq_schedules(64, 80, 9);    // sm90 D = 256, 80-key tiles (bwd_wide_kernel_sm90.h)
 }
 
-// Causal self-attention with block_n a multiple of block_m: the rotated walk never wraps and every
+// Causal self-attention with key tiles at least as tall as Q tiles: the rotated walk never wraps and every
 // wait points to a higher key tile (at each Q tile a key tile's turn counts the visitors above it),
 // so launched in descending order it finishes however few blocks are resident, which lets the sm90
 // launcher rotate it without the co-residency test (dq_schedule.h). sm90 D 256's grid at S 16k
@@ -272,7 +274,7 @@ TEST(BackwardTileOrder, DeterministicSchedulesAreCompleteAndFinish) {
 TEST(BackwardTileOrder, RotatedCausalWalkNeedsNoCoResidency) {
   std::mt19937 gen(11);
   std::uniform_int_distribution<int64_t> len(1, 2500);
-  for (const auto [block_m, block_n] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{64, 64}}) {
+  for (const auto [block_m, block_n] : {std::pair{64, 128}, std::pair{128, 128}, std::pair{64, 64}, std::pair{64, 80}}) {
     for (int trial = 0; trial < 12; ++trial) {
       const int64_t s = len(gen);
       const MaskSpec spec{0, -1, 0, s};

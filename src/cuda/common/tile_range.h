@@ -75,13 +75,13 @@ FT_HOST_DEVICE bool rotated_dq_order_applies(const MaskSpec& mask, int64_t seqle
 }
 
 // Whether every wait of the rotated walk points to a higher key tile: causal self-attention on the
-// main diagonal with block_n a multiple of block_m, where key tile n's walk starts on the Q tile
+// main diagonal with key tiles at least as tall as Q tiles, where key tile n's walk starts on the Q tile
 // holding row n * block_n (its first visible one, so it never wraps) and at each Q tile waits only
 // for the key tiles between it and that tile's diagonal. Launched in descending key-tile order
 // (dq_launch_key_tile), each wait then points to an earlier block, so, like the wavefront, the
 // walk can never hang, however few of a head's key tiles are resident at once.
 FT_HOST_DEVICE bool rotated_dq_waits_point_up(const MaskSpec& mask, int block_m, int block_n) {
-  return mask.left < 0 && mask.right == 0 && mask.diag == 0 && block_m > 0 && block_n % block_m == 0;
+  return mask.left < 0 && mask.right == 0 && mask.diag == 0 && block_m > 0 && block_n >= block_m;
 }
 
 // Where key tile n_block's walk over its query tiles `m_tiles` starts, as an offset into them.
@@ -129,7 +129,10 @@ FT_HOST_DEVICE DqWalkPos dq_walk_next(TileRange m_tiles, int start, DqWalkPos po
 FT_HOST_DEVICE int dq_turn(const MaskSpec& mask, bool rotated, int n_block, int m0, int m_end, int block_n) {
   if (!rotated) return n_block - first_key_tile(mask, m0, block_n);
   const TileRange keys = visible_key_tiles(mask, m0, m_end, block_n);  // begins at 0: no left window
-  int diagonal = m0 / block_n;
+  // The last key tile whose walk starts at or before this Q tile: the one holding its last row
+  // (m0 / block_n when block_n is a multiple of the Q tile; with 80-key tiles over 64-row Q tiles,
+  // m0 / block_n would put a tile that starts here after one that arrives a step later).
+  int diagonal = (m_end - 1) / block_n;
   if (diagonal > keys.end - 1) diagonal = keys.end - 1;
   const int turn = diagonal - n_block;
   return turn < 0 ? turn + (keys.end - keys.begin) : turn;
