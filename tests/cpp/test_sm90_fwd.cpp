@@ -474,6 +474,46 @@ TEST(Sm90ForwardKeyTile, BadOverrideRaisesNamingIt) {
   }
 }
 
+// Causal-style forwards claim their work tiles from a counter per stream, which each launch
+// leaves at zero (fwd_tile_scheduler_sm90.h). Forwards on two streams at once, eight times each,
+// their outputs zeroed on the stream before every launch: a shared counter, or one left non-zero,
+// would skip or repeat tiles, leaving zeros. Every launch must write every tile, bit for bit the
+// single-stream result.
+TEST(Sm90ForwardDynamicTiles, ConcurrentStreamsWriteEveryTile) {
+  if (!hopper_present()) GTEST_SKIP() << "no compute capability 9.0 device";
+  // 9 query blocks x 16 heads x 2 batches = 288 work tiles, more than an H100 / H200 has SMs.
+  check::CaseSpec spec = dense_spec("dynamic tiles, 2 x 1031, 16 / 4 heads", 2, 1031, 1031, 16, 4, 64, 64, kBf16);
+  spec.backward = false;
+  spec.options.causal = true;
+  FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(spec, Backend::kCUDA);
+  check::Case single(spec);
+  const check::Outputs expected = single.run(Backend::kCUDA);
+  check::Case case_a(spec), case_b(spec);
+  const check::Case::Views va = case_a.prepare(Backend::kCUDA);
+  const check::Case::Views vb = case_b.prepare(Backend::kCUDA);
+  const Problem pa = make_forward_problem(va.q, va.k, va.v, va.out, va.lse, va.options);
+  const Problem pb = make_forward_problem(vb.q, vb.k, vb.v, vb.out, vb.lse, vb.options);
+  cudaStream_t sa = nullptr, sb = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking), cudaSuccess);
+  const size_t bytes = static_cast<size_t>(va.out.numel()) * 2;  // bf16, dense
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(cudaMemsetAsync(va.out.data, 0, bytes, sa), cudaSuccess);
+    cuda::sm90::run_fwd(pa, sa);
+    ASSERT_EQ(cudaMemsetAsync(vb.out.data, 0, bytes, sb), cudaSuccess);
+    cuda::sm90::run_fwd(pb, sb);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStreamDestroy(sa);
+  cudaStreamDestroy(sb);
+  const check::Outputs got_a = case_a.collect(Backend::kCUDA);
+  const check::Outputs got_b = case_b.collect(Backend::kCUDA);
+  EXPECT_TRUE(got_a.out == expected.out) << "stream a: out differs from the single-stream run";
+  EXPECT_TRUE(got_b.out == expected.out) << "stream b: out differs from the single-stream run";
+  EXPECT_TRUE(got_a.lse == expected.lse) << "stream a: lse differs from the single-stream run";
+  EXPECT_TRUE(got_b.lse == expected.lse) << "stream b: lse differs from the single-stream run";
+}
+
 }  // namespace
 }  // namespace flashtrain::testing
 #endif  // FLASHTRAIN_WITH_CUDA

@@ -49,4 +49,37 @@ __device__ __forceinline__ void add_rows_reduce(float* tile, int64_t row_stride,
   }
 }
 
+// add_rows_reduce of acc plus scale times the peer block's share of the same elements, read from
+// shared memory as each reduction goes out (the share's register order: the v-th four values of
+// this thread's fragment at share + v * kShareVecStride bytes). Summing as the reductions issue
+// keeps two values a column pair live instead of the whole share.
+template <int kRows, int kCols, int kShareVecStride, class ThrMma, class Acc>
+__device__ __forceinline__ void add_rows_reduce_with_share(float* tile, int64_t row_stride, ThrMma const& thr,
+                                                           Acc const& acc, int rows, uint32_t share, float scale) {
+  using namespace cute;
+  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
+  Tensor coord_rc = make_tensor(coord.data(), accumulator_rowcol(coord.layout()));
+  Tensor acc_rc = make_tensor(acc.data(), accumulator_rowcol(acc.layout()));
+  constexpr auto kRowCol = accumulator_rowcol(decltype(acc.layout()){});
+  static_assert(decltype(size<1>(acc_rc))::value % 2 == 0, "accumulator rows come in column pairs");
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < size<0>(acc_rc); ++r) {
+    const int row = get<0>(coord_rc(r, 0));
+    const int col = get<1>(coord_rc(r, 0));
+    float* row_ptr = tile + row * row_stride + col;
+    if (row < rows) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(acc_rc); c += 2) {
+        const int index = kRowCol(r, c);  // the pair's place in the fragment's register order
+        float2 x;
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                     : "=f"(x.x), "=f"(x.y)
+                     : "r"(share + static_cast<uint32_t>((index / 4) * kShareVecStride + (index % 4) * 4)));
+        red_add_f32x2(row_ptr + (get<1>(coord_rc(r, c)) - col), fmaf(x.x, scale, acc_rc(r, c)),
+                      fmaf(x.y, scale, acc_rc(r, c + 1)));
+      }
+    }
+  }
+}
+
 }  // namespace flashtrain::cuda::sm90

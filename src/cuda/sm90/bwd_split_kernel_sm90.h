@@ -35,8 +35,8 @@
 // past the keys (the pair's second under an odd tile count or a short varlen sequence) loads no
 // K / V, computes nothing and only serves its half of the loads.
 // kPairDq (both blocks inside the keys): the pair also sums dQ before adding it, each block adding
-// half of the columns for both (exchange_dq), which halves the reductions, the other half of the
-// L2 traffic. Deterministic, the pair takes each Q tile's dQ turn as one block of twice the keys
+// half of the columns for both (send_dq), which halves the reductions, the other half of the L2
+// traffic. Deterministic, the pair takes each Q tile's dQ turn as one block of twice the keys
 // (take_dq_turn), each block passing half of it on.
 #pragma once
 #include <cute/arch/cluster_sm90.hpp>
@@ -63,19 +63,29 @@ namespace flashtrain::cuda::sm90 {
 template <class Traits>
 constexpr uint32_t kDqHalfBytes = Traits::kBlockM * (Traits::kHeadDim / 2) * 4;
 
-// Cluster pair summing dQ, at step `step` once both warpgroups' dQ of the step is in acc_dq:
-// block r owns dQ's columns [128 r, 128 r + 128), which its warpgroup r computes. Warpgroup 1 - r
-// sends its share of the other columns to the peer's warpgroup 1 - r, the owner there (same thread
-// layout: thread j's fragment covers the same (row, column)s in both blocks), and adds nothing
-// itself; warpgroup r receives the peer's share of its columns into acc_dq. The share travels by
-// st.async into the receiver's dO buffer of the step's stage (32 KB, as large as the share), free
-// once both of the receiver's warpgroups have completed their dV GEMMs (kDvRetired, then the
-// owner's word by a remote arrive on the sender's dq_send_free); it lands on the receiver's
-// dq_recv_full, which expects the bytes. The stage is released (stage_empty) only after the owner
-// has read it, so the producers' next multicast into it comes after.
+// Cluster pair summing dQ, in two parts. Block r owns dQ's columns [128 r, 128 r + 128), which its
+// warpgroup r computes. send_dq, at the end of step `step` once both warpgroups' dQ of the step
+// is in acc_dq: warpgroup 1 - r sends its share of the other columns to the peer's warpgroup
+// 1 - r, the owner there (same thread layout: thread j's fragment covers the same (row, column)s
+// in both blocks), and adds nothing itself. The share travels by st.async into the receiver's dO
+// buffer of the step's stage (32 KB, as large as the share), free once both of the receiver's
+// warpgroups have completed their dV GEMMs (kDvRetired, then the owner's word by a remote arrive
+// on the sender's dq_send_free); it lands on the receiver's dq_recv_full, which expects the bytes.
+// The owner waits for the share at the top of step + 1, once that step's S^T GEMM is issued, and
+// adds scale * share to its scaled copy as each reduction goes out (add_rows_reduce_with_share).
+// Until run 34 it waited at the end of the step, before the next S^T issue (the kernel's largest
+// consumer wait: 9.7% of its stall samples, run 32). The stage is released (stage_empty) only
+// after the owner has read it, so the producers' next multicast into it comes after.
+template <class Traits>
+__device__ __forceinline__ uint32_t dq_share_slot(typename Traits::SharedStorage& s, int stage, int mma_tid) {
+  // Thread j's v-th four values at ((v * 128) + j) * 16 bytes: 16-byte accesses, consecutive threads adjacent.
+  return cute::cast_smem_ptr_to_uint(s.dout.data() + stage * Traits::kBlockM * Traits::kHeadDim) +
+         static_cast<uint32_t>(mma_tid % Traits::kThreadsPerWarpGroup) * 16u;
+}
+
 template <class Traits, class Acc>
-__device__ __forceinline__ void exchange_dq(typename Traits::SharedStorage& s, Acc& acc_dq, int stage, int step,
-                                            int rank, int mma_tid) {
+__device__ __forceinline__ void send_dq(typename Traits::SharedStorage& s, Acc const& acc_dq, int stage, int step,
+                                        int rank, int mma_tid) {
   using namespace cute;
   using cutlass::arch::ClusterBarrier;
   using cutlass::arch::ClusterTransactionBarrier;
@@ -84,40 +94,23 @@ __device__ __forceinline__ void exchange_dq(typename Traits::SharedStorage& s, A
   constexpr int kVecs = decltype(size(acc_dq))::value / 4;
   static_assert(kVecs * 4 * 4 * kWgThreads == kDqHalfBytes<Traits>, "a warpgroup's dQ share is the half tile");
   const int peer = rank ^ 1;
-  const int thread = mma_tid % kWgThreads;
-  const uint32_t parity = static_cast<uint32_t>(step & 1);
-  // Thread j's v-th four values at ((v * 128) + j) * 16 bytes: 16-byte accesses, consecutive threads adjacent.
-  const uint32_t buffer = cute::cast_smem_ptr_to_uint(s.dout.data() + stage * Traits::kBlockM * Traits::kHeadDim) +
-                          static_cast<uint32_t>(thread) * 16u;
   NamedBarrier::sync(Traits::kNumMmaThreads, static_cast<uint32_t>(BwdSplitBarrier::kDvRetired));
-  if (mma_tid / kWgThreads == rank) {  // the owner: receive
-    if (thread == 0) {
+  if (mma_tid / kWgThreads == rank) {  // the owner: this block's buffer is free for the peer's share
+    if (mma_tid % kWgThreads == 0) {
       ClusterBarrier::arrive(&s.dq_send_free, static_cast<uint32_t>(peer), 1u);
       ClusterTransactionBarrier::arrive_and_expect_tx(&s.dq_recv_full, kDqHalfBytes<Traits>);
     }
-    ClusterBarrier::wait(&s.dq_recv_full, parity);
-    CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kVecs; ++v) {
-      float4 x;
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
-                   : "r"(buffer + static_cast<uint32_t>(v * kWgThreads * 16)));
-      acc_dq(4 * v) += x.x;
-      acc_dq(4 * v + 1) += x.y;
-      acc_dq(4 * v + 2) += x.z;
-      acc_dq(4 * v + 3) += x.w;
-    }
-  } else {  // the sender
-    ClusterBarrier::wait(&s.dq_send_free, parity);
-    const uint32_t remote = cute::set_block_rank(buffer, static_cast<uint32_t>(peer));
-    const uint32_t remote_bar = cute::set_block_rank(cute::cast_smem_ptr_to_uint(&s.dq_recv_full), static_cast<uint32_t>(peer));
-    CUTLASS_PRAGMA_UNROLL
-    for (int v = 0; v < kVecs; ++v) {
-      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n"
-                   ::"r"(remote + static_cast<uint32_t>(v * kWgThreads * 16)), "f"(acc_dq(4 * v)), "f"(acc_dq(4 * v + 1)),
-                   "f"(acc_dq(4 * v + 2)), "f"(acc_dq(4 * v + 3)), "r"(remote_bar)
-                   : "memory");
-    }
+    return;
+  }
+  ClusterBarrier::wait(&s.dq_send_free, static_cast<uint32_t>(step & 1));
+  const uint32_t remote = cute::set_block_rank(dq_share_slot<Traits>(s, stage, mma_tid), static_cast<uint32_t>(peer));
+  const uint32_t remote_bar = cute::set_block_rank(cute::cast_smem_ptr_to_uint(&s.dq_recv_full), static_cast<uint32_t>(peer));
+  CUTLASS_PRAGMA_UNROLL
+  for (int v = 0; v < kVecs; ++v) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];\n"
+                 ::"r"(remote + static_cast<uint32_t>(v * kWgThreads * 16)), "f"(acc_dq(4 * v)), "f"(acc_dq(4 * v + 1)),
+                 "f"(acc_dq(4 * v + 2)), "f"(acc_dq(4 * v + 3)), "r"(remote_bar)
+                 : "memory");
   }
 }
 
@@ -300,24 +293,31 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   // accumulator itself carried and read by the additions) and, with a plain copy of it carried,
   // too (C7518), which the product by the scale does not draw (ptxas, nvcc 13.0).
   Tensor dq = make_fragment_like(partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  // dq into dq_accum's Q tile m0 of query head `head` (rows past the sequence left out).
+  // dq_accum's Q tile m0 of query head `head`; dq added into it (rows past the sequence left out).
+  auto dq_tile = [&](int head, int m0) {
+    return p.dq_accum + (static_cast<int64_t>(geo.row_q + m0) * p.heads_q + head) * kHeadDim;
+  };
+  const int64_t dq_row_stride = static_cast<int64_t>(p.heads_q) * kHeadDim;
   auto add_dq_tile = [&](int head, int m0) {
-    float* tile = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0) * p.heads_q + head) * kHeadDim;
-    add_rows_reduce<kBlockM, kHeadDim>(tile, static_cast<int64_t>(p.heads_q) * kHeadDim, thr_dq, dq, geo.len_q - m0);
+    add_rows_reduce<kBlockM, kHeadDim>(dq_tile(head, m0), dq_row_stride, thr_dq, dq, geo.len_q - m0);
   };
   auto add_dq = [&](int step, const DqWalkPos& at) {
     const int m0 = at.m_block * kBlockM;
     if (kPairDq && pair_dq) {
-      // The owner of these columns (warpgroup `rank`) adds the pair's sum (take_dq, at the end of
-      // the step); the other sent its share.
+      // The owner of these columns (warpgroup `rank`) adds the pair's sum, its own scaled dQ plus
+      // the share the other block sent at the end of the step (send_dq); the other adds nothing.
       // Deterministic: in the pair's turn, which the turn warp passes on (bwd_pass_dq_turns).
       constexpr int kWgThreads = Traits::kThreadsPerWarpGroup;
       if (mma_tid / kWgThreads == rank) {
+        // The peer's share before the turn: the turn is then held only for the additions.
+        ClusterBarrier::wait(&s.dq_recv_full, static_cast<uint32_t>(step & 1));
         if constexpr (kDeterministic) {
           if (mma_tid % kWgThreads == 0) take_dq_turn(step, at, m0);
           NamedBarrier::sync(kWgThreads, static_cast<uint32_t>(BwdSplitBarrier::kDqTurn));
         }
-        add_dq_tile(at.head, m0);
+        add_rows_reduce_with_share<kBlockM, kHeadDim, kWgThreads * 16>(
+            dq_tile(at.head, m0), dq_row_stride, thr_dq, dq, geo.len_q - m0,
+            dq_share_slot<Traits>(s, step % kStages, mma_tid), p.scale);
       }
       if constexpr (kDeterministic) ClusterBarrier::arrive(&s.dq_issued[step % 2]);
     } else if constexpr (kDeterministic) {
@@ -330,12 +330,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
       add_dq_tile(at.head, m0);
     }
   };
-  // At the end of step t, with only its dK GEMM in flight: a cluster pair sums dQ (exchange_dq),
-  // then the copy.
+  // At the end of step t, with only its dK GEMM in flight: a cluster pair sends its share of dQ
+  // (send_dq; the owner adds it at the top of step t + 1), then the copy.
   auto take_dq = [&](auto& acc_dq, int step) {
     warpgroup_wait<1>();  // dV and dQ retired; dK may be in flight
     warpgroup_fence_operand(acc_dq);
-    if (kPairDq && pair_dq) exchange_dq<Traits>(s, acc_dq, step % kStages, step, rank, mma_tid);
+    if (kPairDq && pair_dq) send_dq<Traits>(s, acc_dq, step % kStages, step, rank, mma_tid);
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(dq); ++i) dq(i) = acc_dq(i) * p.scale;
     warpgroup_fence_operand(dq);

@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -48,6 +50,37 @@ DeviceInfo device_info(int device) {
     cache[device] = DeviceInfo{prop.major, prop.minor, prop.multiProcessorCount};
   }
   return cache[device];
+}
+
+// Claim counters of the forward's dynamic tile scheduler (fwd_tile_scheduler_sm90.h), two ints
+// per (device, stream): launches on one stream run in order and each leaves its counter at zero,
+// so only concurrent streams need their own. Allocated and zeroed on a stream's first causal-style
+// forward; nullptr (one block per tile, as before the counter) when that first use falls inside a
+// graph capture or the allocation fails, which leaves a CUDA error cleared and nothing else.
+int* tile_counter(int device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, int*> counters;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, stream);
+  const auto found = counters.find(key);
+  if (found != counters.end()) return found->second;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  int* counter = nullptr;
+  if (cudaMalloc(&counter, 2 * sizeof(int)) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (cudaMemsetAsync(counter, 0, 2 * sizeof(int), stream) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(counter);
+    return nullptr;
+  }
+  counters.emplace(key, counter);
+  return counter;
 }
 
 std::string device_reason(const Problem& p) {
@@ -237,6 +270,7 @@ void run_fwd(const Problem& p, cudaStream_t stream) {
   a.num_sms = device_info(p.device_index).num_sms;
   a.key_tile = key_tile(p, a.mask);
   if (a.batch == 0 || a.heads_q == 0 || a.seqlen_q == 0) return;  // nothing to write
+  if (a.mask.upper_bound_only()) a.tile_counter = tile_counter(p.device_index, stream);
   const bool ran = try_head_dim<64>(a, p, stream) || try_head_dim<128>(a, p, stream) || try_head_dim<256>(a, p, stream);
   // refusal() rejects these first; reaching here means a caller skipped it.
   FT_CHECK(ran, "sm90 forward: no kernel for dtype ", dtype_name(p.dtype), ", head dim ", p.dim_qk,

@@ -32,6 +32,9 @@ struct FwdArgs {
   float scale = 0.0f;  // softmax scale (natural units); the kernel folds log2(e) into it
   MaskSpec mask{0, -1, -1, 0};
   int num_sms = 0;  // of the device the kernel runs on: the persistent grid's size
+  // Causal-style masks: the claim counter of the dynamic tile scheduler (fwd_tile_scheduler_sm90.h),
+  // two ints at zero that the launch leaves at zero; nullptr for one block per tile.
+  int* tile_counter = nullptr;
   // Keys per K/V tile: 0 for the head dim's default, or long_key_tile(head dim).
   int key_tile = 0;
 };

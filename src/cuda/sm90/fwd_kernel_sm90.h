@@ -53,13 +53,29 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   __syncthreads();
 
   using Scheduler = PersistentTileScheduler;
+  using cutlass::arch::ClusterBarrier;
   using Mask = typename Mainloop::Mask;
+  const bool dynamic = Scheduler::dynamic(params.scheduler);
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp_idx == 0 && lane_elected) {
       int pipe_base = 0, q_round = 0;
-      for (int index = Scheduler::first_tile(); Scheduler::valid(params.scheduler, index);
-           index = Scheduler::next_tile(index)) {
+      for (int n = 0;; ++n) {
+        int index;
+        if (dynamic) {  // claim the tile and hand its index to the consumers
+          index = Scheduler::claim_tile(params.scheduler, n);
+          ClusterBarrier::wait(&storage.tile_empty[n % 2], static_cast<uint32_t>(((n / 2) & 1) ^ 1));
+          // volatile: the compiler keeps the store before the arrive (its asm has no memory clobber)
+          *reinterpret_cast<volatile int*>(&storage.tile_index[n % 2]) = index;
+          ClusterBarrier::arrive(&storage.tile_full[n % 2]);
+          if (!Scheduler::valid(params.scheduler, index)) {
+            Scheduler::retire(params.scheduler);
+            break;
+          }
+        } else {
+          index = Scheduler::static_tile(n);
+          if (!Scheduler::valid(params.scheduler, index)) break;
+        }
         const WorkTile tile = Scheduler::tile(params.scheduler, index);
         const Mask mask(params.mask, tile.m_block, params.seqlen_q);
         if (mask.num_tiles() == 0) continue;
@@ -73,8 +89,16 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     const int thread_idx = static_cast<int>(threadIdx.x) - Traits::kThreadsPerWarpGroup;
     typename Traits::TiledMmaPV mma_pv;
     int pipe_base = 0, q_round = 0;
-    for (int index = Scheduler::first_tile(); Scheduler::valid(params.scheduler, index);
-         index = Scheduler::next_tile(index)) {
+    for (int n = 0;; ++n) {
+      int index;
+      if (dynamic) {
+        ClusterBarrier::wait(&storage.tile_full[n % 2], static_cast<uint32_t>((n / 2) & 1));
+        index = *reinterpret_cast<volatile int*>(&storage.tile_index[n % 2]);  // after the wait
+        ClusterBarrier::arrive(&storage.tile_empty[n % 2]);
+      } else {
+        index = Scheduler::static_tile(n);
+      }
+      if (!Scheduler::valid(params.scheduler, index)) break;
       const WorkTile tile = Scheduler::tile(params.scheduler, index);
       const Mask mask(params.mask, tile.m_block, params.seqlen_q);
       if (mask.num_tiles() == 0) {

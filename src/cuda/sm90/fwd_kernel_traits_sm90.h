@@ -116,6 +116,11 @@ struct FwdTraits {
     uint64_t k_empty[kStages];   // every consumer thread finished reading a K tile
     uint64_t v_full[kStages];
     uint64_t v_empty[kStages];
+    // Dynamic tile claims (fwd_tile_scheduler_sm90.h): the producer's n-th claimed index in slot
+    // n % 2, published by tile_full[n % 2], read by every consumer thread before tile_empty.
+    int tile_index[2];
+    uint64_t tile_full[2];
+    uint64_t tile_empty[2];
 
     __device__ Element* o_data() { return kSeparateO ? o.data() : q.data(); }
   };

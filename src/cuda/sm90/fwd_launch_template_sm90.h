@@ -17,7 +17,8 @@ void launch_fwd(const FwdArgs& args, cudaStream_t stream) {
   const bool longest_first = args.mask.upper_bound_only();
   FwdParams<Traits> params{FwdMainloop<Traits>::make_params(args),
                            FwdEpilogue<Traits>::make_params(args),
-                           PersistentTileScheduler::make_params(num_m_blocks, args.heads_q, args.batch, longest_first),
+                           PersistentTileScheduler::make_params(num_m_blocks, args.heads_q, args.batch, longest_first,
+                                                                args.tile_counter),
                            args.mask,
                            args.seqlen_q,
                            args.scale};

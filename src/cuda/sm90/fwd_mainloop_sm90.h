@@ -83,6 +83,11 @@ struct FwdMainloop {
       ClusterBarrier::init(&s.k_empty[i], Traits::kNumMmaThreads);  // every consumer thread
       ClusterBarrier::init(&s.v_empty[i], Traits::kNumMmaThreads);
     }
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      ClusterBarrier::init(&s.tile_full[i], 1);                      // the producer
+      ClusterBarrier::init(&s.tile_empty[i], Traits::kNumMmaThreads);  // every consumer thread
+    }
     cutlass::arch::fence_barrier_init();
   }
 
