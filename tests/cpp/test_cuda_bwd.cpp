@@ -36,6 +36,13 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
+// dq, dk and dv of a repeated run bit for bit the first run's; `what` names the run in failures.
+void expect_same_gradients(const check::Outputs& first, const check::Outputs& again, const std::string& what) {
+  EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << what << ": dq differs";
+  EXPECT_TRUE(bitwise_equal(first.dk, again.dk)) << what << ": dk differs";
+  EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << what << ": dv differs";
+}
+
 class CudaBackward : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -86,9 +93,7 @@ TEST_P(CudaBackward, DeterministicWindowVarlenBitwise) {
   const check::Outputs first = c.run(Backend::kCUDA);
   for (int repeat = 0; repeat < 3; ++repeat) {
     const check::Outputs again = c.run(Backend::kCUDA);
-    EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << "dq differs on repeat " << repeat;
-    EXPECT_TRUE(bitwise_equal(first.dk, again.dk)) << "dk differs on repeat " << repeat;
-    EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << "dv differs on repeat " << repeat;
+    expect_same_gradients(first, again, "repeat " + std::to_string(repeat));
   }
   expect_case_passes(s, Backend::kCUDA);
 }
@@ -113,9 +118,7 @@ TEST_P(CudaBackward, DeterministicSelfAttentionBitwise) {
       const check::Outputs first = c.run(Backend::kCUDA);
       for (int repeat = 0; repeat < 3; ++repeat) {
         const check::Outputs again = c.run(Backend::kCUDA);
-        EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << s.name << ": dq differs on repeat " << repeat;
-        EXPECT_TRUE(bitwise_equal(first.dk, again.dk)) << s.name << ": dk differs on repeat " << repeat;
-        EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << s.name << ": dv differs on repeat " << repeat;
+        expect_same_gradients(first, again, s.name + ", repeat " + std::to_string(repeat));
       }
       expect_case_passes(s, Backend::kCUDA);
       ++ran;
@@ -142,9 +145,7 @@ TEST_P(CudaBackward, DeterministicCausalBeyondOneWave) {
     check::Case c(s);
     const check::Outputs first = c.run(Backend::kCUDA);
     const check::Outputs again = c.run(Backend::kCUDA);
-    EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << s.name << ": dq differs on repeat";
-    EXPECT_TRUE(bitwise_equal(first.dk, again.dk)) << s.name << ": dk differs on repeat";
-    EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << s.name << ": dv differs on repeat";
+    expect_same_gradients(first, again, s.name + ", repeat");
     for (const auto& [name, x, y] : {std::tuple{"dq", &first.dq, &fast.dq}, std::tuple{"dk", &first.dk, &fast.dk},
                                      std::tuple{"dv", &first.dv, &fast.dv}}) {
       // Both round fp32 sums of the same terms to 16 bits: a few units of the last place of the
@@ -206,9 +207,9 @@ TEST_P(CudaBackward, Sm90FewStepsPerBlock) {
 // The split-D sm90 backward (D 256) on the masks and shapes the key-split kernels meet in the
 // Accuracy suite at D 64: Sq != Sk both ways, a length of 1, both causal alignments, a sliding
 // window (deterministic too), GQA, packed and padded strides.
-TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
+std::vector<check::CaseSpec> split_d_cases(DType dtype) {
   const auto spec = [&](const std::string& name, int64_t b, int64_t sq, int64_t sk, int64_t hq, int64_t hk) {
-    return dense_spec("D 256 " + name, b, sq, sk, hq, hk, 256, 256, GetParam());
+    return dense_spec("D 256 " + name, b, sq, sk, hq, hk, 256, 256, dtype);
   };
   std::vector<check::CaseSpec> cases = {spec("Sq > Sk", 1, 150, 67, 3, 3), spec("Sq = 1", 2, 1, 97, 2, 2),
                                         spec("Sk = 1", 2, 45, 1, 2, 2)};
@@ -237,6 +238,11 @@ TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
   padded.layout = check::Layout::kPadded;
   padded.options.causal = true;
   cases.push_back(padded);
+  return cases;
+}
+
+TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
+  const std::vector<check::CaseSpec> cases = split_d_cases(GetParam());
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
   for (const check::CaseSpec& s : cases) expect_case_passes(s, Backend::kCUDA);
 }
@@ -323,9 +329,7 @@ TEST_P(CudaBackward, Sm90DeterministicClusterPairs) {
       BwdClusterEnv env(mode);
       const check::Outputs first = c.run(Backend::kCUDA);
       const check::Outputs again = c.run(Backend::kCUDA);
-      EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << s.name << ", " << mode << ": dq differs on repeat";
-      EXPECT_TRUE(bitwise_equal(first.dk, again.dk)) << s.name << ", " << mode << ": dk differs on repeat";
-      EXPECT_TRUE(bitwise_equal(first.dv, again.dv)) << s.name << ", " << mode << ": dv differs on repeat";
+      expect_same_gradients(first, again, s.name + ", " + mode + ", repeat");
       expect_case_passes(s, Backend::kCUDA);
       if (std::strcmp(mode, "off") == 0) {
         single = first;
@@ -343,6 +347,77 @@ TEST_P(CudaBackward, Sm90DeterministicClusterPairs) {
       EXPECT_LE(max_abs_diff(single.dq, first.dq), 1e-2 * max_abs(single.dq)) << s.name << ": dq";
     }
   }
+}
+
+// FLASHTRAIN_BWD_D256 for the scope of one test.
+class BwdD256Env {
+ public:
+  explicit BwdD256Env(const char* value) { setenv("FLASHTRAIN_BWD_D256", value, 1); }
+  ~BwdD256Env() { unsetenv("FLASHTRAIN_BWD_D256"); }
+};
+
+// Runs each case with FLASHTRAIN_BWD_D256=wide (bwd_wide_kernel_sm90.h): within DESIGN.md §4 of
+// float64, and deterministic cases bitwise repeatable.
+void expect_wide_cases_pass(const std::vector<check::CaseSpec>& cases) {
+  BwdD256Env env("wide");
+  for (const check::CaseSpec& s : cases) {
+    if (s.options.deterministic) {
+      check::Case c(s);
+      const check::Outputs first = c.run(Backend::kCUDA);
+      const check::Outputs again = c.run(Backend::kCUDA);
+      expect_same_gradients(first, again, s.name + ", repeat");
+    }
+    expect_case_passes(s, Backend::kCUDA);
+  }
+}
+
+// D 256 with 80-key tiles on many steps per block (both Q stages and the one dO buffer refilled
+// many times, the P / dS buffers turning over while the other warpgroup may be a step behind) and
+// the deterministic turns of the rotated walk (self-attention), default and deterministic. Small
+// enough for compute-sanitizer racecheck.
+TEST_P(CudaBackward, Sm90WideKeyTilesMultiStep) {
+  std::vector<check::CaseSpec> cases;
+  for (bool deterministic : {false, true}) {
+    for (bool causal : {false, true}) {
+      check::CaseSpec s = dense_spec(std::string("D 256 wide") + (causal ? " causal" : "") +
+                                         (deterministic ? " deterministic" : "") + ", 2 x 333, GQA 4/2",
+                                     2, 333, 333, 4, 2, 256, 256, GetParam());
+      s.options.causal = causal;
+      s.options.deterministic = deterministic;
+      cases.push_back(s);
+    }
+  }
+  FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  expect_wide_cases_pass(cases);
+}
+
+// D 256 with 80-key tiles on the split-D and cluster-pair tests' shapes (masks of every kind,
+// Sq != Sk both ways, a length of 1, GQA / MQA, packed and padded layouts, varlen with an empty and
+// a short sequence), one to three steps a block, and the head chunks' atomic dK / dV; each also
+// deterministic (the wavefront turns).
+TEST_P(CudaBackward, Sm90WideKeyTilesShapes) {
+  std::vector<check::CaseSpec> cases = split_d_cases(GetParam());
+  for (const check::CaseSpec& s : cluster_pair_cases(GetParam())) cases.push_back(s);
+  for (bool causal : {false, true}) {
+    for (int sq : {64, 128, 182}) {
+      check::CaseSpec few = dense_spec(std::string("D 256 few steps") + (causal ? " causal" : "") + ", 2 x " +
+                                           std::to_string(sq),
+                                       2, sq, sq, 2, 2, 256, 256, GetParam());
+      few.options.causal = causal;
+      cases.push_back(few);
+    }
+  }
+  cases.push_back(dense_spec("D 256 MQA 16/1, split group, 1 x 200 x 100", 1, 200, 100, 16, 1, 256, 256, GetParam()));
+  const size_t plain = cases.size();
+  for (size_t i = 0; i < plain; ++i) {
+    if (cases[i].options.deterministic) continue;
+    check::CaseSpec det = cases[i];
+    det.name += ", deterministic";
+    det.options.deterministic = true;
+    cases.push_back(det);
+  }
+  FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  expect_wide_cases_pass(cases);
 }
 
 // The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h; D 256: sm80::store_dkv) on its two

@@ -18,6 +18,9 @@ struct BwdArgs {
   // sharing the Q / dO loads, and also summing dQ within the pair before its atomics;
   // FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one; dq unless set.
   BwdCluster cluster = BwdCluster::kLoadsAndDq;
+  // D = 256: the wide-key-tile kernel (bwd_wide_kernel_sm90.h: 80-key tiles, no cluster pair)
+  // instead of the split-D one; FLASHTRAIN_BWD_D256=wide (dispatch_sm90.cu), split unless set.
+  bool wide_d256 = false;
 };
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in

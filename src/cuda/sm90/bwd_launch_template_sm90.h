@@ -19,6 +19,7 @@
 #include "bwd_args_sm90.h"
 #include "bwd_kernel_sm90.h"
 #include "bwd_split_kernel_sm90.h"
+#include "bwd_wide_kernel_sm90.h"
 
 namespace flashtrain::cuda::sm90 {
 
@@ -177,6 +178,31 @@ bool launch_cluster_pair(const Problem& problem, const BwdArgs& args, const sm80
   }
 }
 
+// D = 256 with 80-key tiles (bwd_wide_kernel_sm90.h, args.wide_d256): returns false, launching
+// nothing, unless asked for. The plan's workspace serves as it is (its layout does not depend on
+// the key tile); only the grid counts 80-key tiles.
+template <typename Element, int kHeadDim>
+bool launch_wide(const Problem& problem, const BwdArgs& args, const sm80::BwdPlan& plan, void* workspace,
+                 cudaStream_t stream) {
+  if constexpr (kHeadDim <= 128) {
+    return false;
+  } else {
+    if (!args.wide_d256) return false;
+    using Traits = BwdWideTraits<kHeadDim, Element>;
+    sm80::BwdPlan wide = plan;
+    wide.block_n = Traits::kBlockN;
+    wide.n_blocks = static_cast<int>((problem.max_seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN);
+    auto kernel = problem.deterministic ? bwd_wide_kernel_sm90<Traits, true> : bwd_wide_kernel_sm90<Traits, false>;
+    raise_smem_limit(kernel, Traits::kSmemBytes);
+    const bool rotated = rotate_dq_walk(problem, wide.n_blocks, kernel, Traits::kNumThreads, Traits::kSmemBytes,
+                                        Traits::kBlockM, Traits::kBlockN);
+    const BwdKernelParams<Traits> kp = make_bwd_kernel_params<Traits>(problem, args, wide, workspace, rotated);
+    kernel<<<bwd_grid(kp, static_cast<int>(problem.batch)), Traits::kNumThreads, Traits::kSmemBytes, stream>>>(kp);
+    check_launch("flashtrain::cuda::sm90::bwd_wide_kernel_sm90");
+    return true;
+  }
+}
+
 template <typename Element, int kHeadDim>
 void run_bwd_hdim(const Problem& problem, const BwdArgs& args, void* workspace, cudaStream_t stream) {
   using Traits = BwdTraitsFor<Element, kHeadDim>;
@@ -190,7 +216,7 @@ void run_bwd_hdim(const Problem& problem, const BwdArgs& args, void* workspace, 
   sm80::launch_bwd_preprocess<Element, kHeadDim, kHeadDim>(p80, stream);
   check_launch("bwd_preprocess");
   const int batch = static_cast<int>(problem.batch);
-  if (plan.n_blocks > 0 && batch > 0) {
+  if (plan.n_blocks > 0 && batch > 0 && !launch_wide<Element, kHeadDim>(problem, args, plan, workspace, stream)) {
     auto kernel = [&] {
       if constexpr (Traits::kSplitD) {
         return problem.deterministic ? bwd_split_kernel_sm90<Traits, true> : bwd_split_kernel_sm90<Traits, false>;

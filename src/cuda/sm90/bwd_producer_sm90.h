@@ -1,7 +1,8 @@
 // The producer warpgroup of the sm90 backward main kernel (bwd_kernel_sm90.h): one thread of warp 0
 // loads K and V once and each step's Q and dO by TMA; warps 2 and 3 fetch each step's row
 // statistics; one thread of warp 1 adds each step's staged dQ into dq_accum by TMA reductions (in
-// the deterministic turns of tile_range.h when kDeterministic). All three run two stages / one
+// the deterministic turns of tile_range.h when kDeterministic), or, in the kernels whose consumers
+// add dQ themselves (split-D, wide key tiles), passes their deterministic turns on. All three run two stages / one
 // staging tile ahead of or behind the consumers, on the mbarriers of SharedStorage.
 #pragma once
 #include <cmath>
@@ -45,6 +46,24 @@ __device__ __forceinline__ void init_load_barriers(const BwdKernelParams<Traits>
   }
 }
 
+// One thread: K and V of key tile n_block of KV head hk into shared memory, on kv_full.
+template <class Traits>
+__device__ __forceinline__ void bwd_load_kv(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s, int b,
+                                            int hk, int n_block) {
+  using namespace cute;
+  using cutlass::arch::ClusterTransactionBarrier;
+  using TileKV = Shape<Int<Traits::kBlockN>, Int<Traits::kHeadDim>>;
+  Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
+  Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Traits::SmemLayoutKV{});
+  Tensor gK = local_tile(kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b), TileKV{}, make_coord(n_block, _0{}));
+  Tensor gV = local_tile(kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, hk, b), TileKV{}, make_coord(n_block, _0{}));
+  auto cta_k = kp.tma_k.get_slice(_0{});
+  auto cta_v = kp.tma_v.get_slice(_0{});
+  ClusterTransactionBarrier::arrive_and_expect_tx(&s.kv_full, 2 * Traits::kTmaBytesKV);
+  copy(kp.tma_k.with(s.kv_full), cta_k.partition_S(gK), cta_k.partition_D(sK));
+  copy(kp.tma_v.with(s.kv_full), cta_v.partition_S(gV), cta_v.partition_D(sV));
+}
+
 // One thread: K and V of the block's key tile (unless !load_kv: a cluster pair's block past the
 // keys, which only serves its half of the Q / dO loads), then Q and dO of every step into its
 // stage. Cluster pair (Traits::kClusterN == 2): both blocks walk the same steps; each loads its
@@ -58,21 +77,9 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp
   using namespace cute;
   using cutlass::arch::ClusterBarrier;
   using cutlass::arch::ClusterTransactionBarrier;
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kBlockM = Traits::kBlockM, kHeadDim = Traits::kHeadDim;
   constexpr bool kPair = Traits::kClusterN > 1;
-  if (load_kv) {
-    Tensor sK = make_tensor(make_smem_ptr(s.k.data()), typename Traits::SmemLayoutKV{});
-    Tensor sV = make_tensor(make_smem_ptr(s.v.data()), typename Traits::SmemLayoutKV{});
-    Tensor mK = kp.tma_k.get_tma_tensor(kp.shape_k)(_, _, hk, b);
-    Tensor mV = kp.tma_v.get_tma_tensor(kp.shape_k)(_, _, hk, b);
-    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
-    Tensor gV = local_tile(mV, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(n_block, _0{}));
-    auto cta_k = kp.tma_k.get_slice(_0{});
-    auto cta_v = kp.tma_v.get_slice(_0{});
-    ClusterTransactionBarrier::arrive_and_expect_tx(&s.kv_full, 2 * Traits::kTmaBytesKV);
-    copy(kp.tma_k.with(s.kv_full), cta_k.partition_S(gK), cta_k.partition_D(sK));
-    copy(kp.tma_v.with(s.kv_full), cta_v.partition_S(gV), cta_v.partition_D(sV));
-  }
+  if (load_kv) bwd_load_kv<Traits>(kp, s, b, hk, n_block);
   Tensor sQ = make_tensor(make_smem_ptr(s.q.data()), typename Traits::SmemLayoutQdO{});
   Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutQdO{});
   const int rank = kPair ? static_cast<int>(cute::block_rank_in_cluster()) : 0;
@@ -164,6 +171,26 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
         ClusterBarrier::arrive(&s.kdq_ready);
       }
     }
+    pos = walk.next(pos);
+  }
+}
+
+// Deterministic: one thread of the producer's warp 1 passes each step's dQ turn on, in step order,
+// once the consumers have issued the step's atomics (dq_issued) and a fence has made them visible
+// at device scope: the mbarrier orders every consumer's atomics before the fence (as a CTA barrier
+// before a grid sync's fence does), so the consumers need not wait for their atomics to drain.
+// dq_passed tells the consumers that the parity's slot may take the step two later. A cluster
+// pair's turn is two passes, one a block; `passes` 2 for a block that adds its pair's share alone.
+template <class Traits>
+__device__ __forceinline__ void bwd_pass_dq_turns(const sm80::BwdParams& p, typename Traits::SharedStorage& s,
+                                                  const BwdWalk& walk, int b, int passes) {
+  using cutlass::arch::ClusterBarrier;
+  DqWalkPos pos = walk.first;
+  for (int step = 0; step < walk.num_steps; ++step) {
+    ClusterBarrier::wait(&s.dq_issued[step % 2], static_cast<uint32_t>((step / 2) & 1));
+    __threadfence();
+    sm80::release_dq_turn(sm80::dq_semaphore(p, b, pos.head, pos.m_block), passes);
+    ClusterBarrier::arrive(&s.dq_passed[step % 2]);
     pos = walk.next(pos);
   }
 }

@@ -114,26 +114,6 @@ __device__ __forceinline__ void send_dq(typename Traits::SharedStorage& s, Acc c
   }
 }
 
-// Deterministic: one thread of the producer's warp 1 passes each step's dQ turn on, in step order,
-// once the consumers have issued the step's atomics (dq_issued) and a fence has made them visible
-// at device scope: the mbarrier orders every consumer's atomics before the fence (as a CTA barrier
-// before a grid sync's fence does), so the consumers need not wait for their atomics to drain.
-// dq_passed tells the consumers that the parity's slot may take the step two later. A cluster
-// pair's turn is two passes, one a block; `passes` 2 for a block that adds its pair's share alone.
-template <class Traits>
-__device__ __forceinline__ void bwd_pass_dq_turns(const sm80::BwdParams& p, typename Traits::SharedStorage& s,
-                                                  const BwdWalk& walk, int b, int passes) {
-  using cutlass::arch::ClusterBarrier;
-  DqWalkPos pos = walk.first;
-  for (int step = 0; step < walk.num_steps; ++step) {
-    ClusterBarrier::wait(&s.dq_issued[step % 2], static_cast<uint32_t>((step / 2) & 1));
-    __threadfence();
-    sm80::release_dq_turn(sm80::dq_semaphore(p, b, pos.head, pos.m_block), passes);
-    ClusterBarrier::arrive(&s.dq_passed[step % 2]);
-    pos = walk.next(pos);
-  }
-}
-
 template <class Traits, bool kDeterministic, bool kPairDq = false>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     bwd_split_kernel_sm90(const __grid_constant__ BwdKernelParams<Traits> kp) {

@@ -242,6 +242,16 @@ BwdCluster bwd_cluster() {
   return BwdCluster::kLoads;
 }
 
+// BwdArgs::wide_d256: FLASHTRAIN_BWD_D256=wide runs D 256's backward with 80-key tiles
+// (bwd_wide_kernel_sm90.h), =split (or unset) the split-D kernel and its cluster pairs. Read on
+// every call, like bwd_cluster.
+bool bwd_wide_d256() {
+  const char* env = std::getenv("FLASHTRAIN_BWD_D256");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "split") == 0) return false;
+  FT_CHECK(std::strcmp(env, "wide") == 0, "FLASHTRAIN_BWD_D256='", env, "': expected split or wide");
+  return true;
+}
+
 }  // namespace
 
 std::string refusal(const Problem& p) { return pass_reason(p, "forward", kHeadDims, "out", p.out, p.so); }
@@ -292,6 +302,7 @@ void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
   args.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
   args.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
   args.cluster = bwd_cluster();
+  args.wide_d256 = bwd_wide_d256();
   const bool ran = try_bwd_head_dim<64>(p, args, workspace, stream) ||
                    try_bwd_head_dim<128>(p, args, workspace, stream) ||
                    try_bwd_head_dim<256>(p, args, workspace, stream);
