@@ -3,8 +3,8 @@ and table, bench/ncu_stalls.py's read of the per-instruction table and its mbarr
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
 per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
 bench/ab_builds.py's per-side environment and its comparison of the two builds' outputs, the
-operator namespace that lets one of its builds be profiled alone, and bench/sass_order.py's read
-of a cuobjdump listing."""
+operator namespace that lets one of its builds be profiled alone, bench/ab_summary.py's ranges by
+group, and bench/sass_order.py's read of a cuobjdump listing."""
 import importlib.util
 import os
 import sys
@@ -320,3 +320,20 @@ def test_sass_order_collapses_runs_in_address_order(tmp_path, capsys):
                      "  1:HGMMAx2 3:WAIT<1>x1 4:FMNMXx1 5:MUFUx2 7:WAIT<0>x1 8:F2FPx1 9:BRAx1"]
     assert sass_order.classify("@P1 BAR.ARV R2, 0x100") == "BAR.ARV"
     assert sass_order.classify("IMAD R2, R3, R4, RZ") is None
+
+
+def test_ab_summary_groups_rows(tmp_path, capsys):
+    import json
+    case = dict(dtype="bf16", seqlen=2048, a_ms=2.0, b_ms=1.0, a_tflops=1.0, b_tflops=2.0, diffs={})
+    cases = [
+        {**case, "dim": 256, "causal": True, "deterministic": False, "a_fwd_ms": 1.0, "b_fwd_ms": 0.5, "bwd_ratio": 1.10},
+        {**case, "dim": 256, "causal": True, "deterministic": False, "seqlen": 8192, "a_fwd_ms": 1.0, "b_fwd_ms": 1.0,
+         "bwd_ratio": 0.90},
+        {**case, "dim": 64, "causal": False, "deterministic": True, "a_fwd_ms": 1.0, "b_fwd_ms": 2.0, "bwd_ratio": 1.0},
+    ]
+    path = tmp_path / "ab.json"
+    path.write_text(json.dumps({"meta": {}, "cases": cases}))
+    run_main(load("ab_summary"), str(path))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| 64 | no mask | deterministic | 0.500-0.500 | 1.000-1.000 | 1 |"
+    assert lines[3] == "| 256 | causal | default | 1.000-2.000 | 0.900-1.100 | 2 |"
