@@ -55,20 +55,22 @@ DeviceInfo device_info(int device) {
 // Claim counters of the forward's dynamic tile scheduler (fwd_tile_scheduler_sm90.h), two ints
 // per (device, stream): launches on one stream run in order and each leaves its counter at zero,
 // so only concurrent streams need their own. Allocated and zeroed on a stream's first causal-style
-// forward; nullptr (one block per tile, as before the counter) when that first use falls inside a
-// graph capture or the allocation fails, which leaves a CUDA error cleared and nothing else.
+// forward; nullptr (one block per tile, as before the counter) inside a graph capture - a graph
+// may be replayed on any stream, beside direct launches on the stream it was captured on, which
+// would share the counter - and when the allocation fails, which leaves a CUDA error cleared and
+// nothing else.
 int* tile_counter(int device, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    cudaGetLastError();
+    return nullptr;
+  }
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, int*> counters;
   std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(device, stream);
   const auto found = counters.find(key);
   if (found != counters.end()) return found->second;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
-    return nullptr;
-  }
   int* counter = nullptr;
   if (cudaMalloc(&counter, 2 * sizeof(int)) != cudaSuccess) {
     cudaGetLastError();
