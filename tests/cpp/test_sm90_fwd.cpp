@@ -265,6 +265,35 @@ TEST(BackwardTileOrder, DeterministicSchedulesAreCompleteAndFinish) {
   check_dq_schedules(64, 80, 9);    // sm90 D = 256, 80-key tiles (bwd_wide_kernel_sm90.h)
 }
 
+// Without a causal mask the rotated walk needs a head's key tiles resident together; where they
+// fill the slots badly it is slower than the wavefront (rotated_dq_walk_packs decides). In the
+// lock-step model, at the tiles of the sm90 kernels and slot counts of an H100 / H200 (132) and
+// an A100 (108), the schedule it picks is within 0.03 of the better one's share of the no-wait
+// bound.
+TEST(BackwardTileOrder, RotatedWalkTakenWhereItPacks) {
+  for (const auto [block_m, block_n] : {std::pair{64, 80}, std::pair{64, 128}}) {
+    for (int sms : {132, 108}) {
+      for (int64_t s : {2048, 4096, 8192, 16384}) {
+        const MaskSpec spec{0, -1, -1, s};
+        const int n_blocks = static_cast<int>((s + block_n - 1) / block_n);
+        if (n_blocks > sms) continue;
+        const int heads = static_cast<int>(131072 / s);
+        const auto share = [&](bool rotated) {
+          const int bound = simulate_dq_launch(spec, static_cast<int>(s), block_m, block_n, heads, sms, rotated, false);
+          return static_cast<double>(bound) / simulate_dq_launch(spec, static_cast<int>(s), block_m, block_n, heads, sms,
+                                                                   rotated, true);
+        };
+        const double rotated = share(true), wavefront = share(false);
+        const bool packs = cuda::rotated_dq_walk_packs(n_blocks, sms);
+        std::printf("  %d x %d tiles, S %lld, %d slots: rotated %.2f, wavefront %.2f; takes %s\n", block_m, block_n,
+                    static_cast<long long>(s), sms, rotated, wavefront, packs ? "rotated" : "wavefront");
+        EXPECT_GE(packs ? rotated : wavefront, std::max(rotated, wavefront) - 0.03)
+            << block_m << " x " << block_n << ", S " << s << ", " << sms << " slots";
+      }
+    }
+  }
+}
+
 // Causal self-attention with key tiles at least as tall as Q tiles: the rotated walk never wraps and every
 // wait points to a higher key tile (at each Q tile a key tile's turn counts the visitors above it),
 // so launched in descending order it finishes however few blocks are resident, which lets the sm90

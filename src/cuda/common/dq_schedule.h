@@ -15,7 +15,8 @@ namespace flashtrain::cuda {
 
 // Deterministic mode takes the rotated order when the mask allows it and every KV tile of one
 // (batch, head group) can be resident at once (its waits need that: `kernel` launched with
-// `threads` and `smem_bytes`, n_blocks KV tiles per group). FLASHTRAIN_DQ_SCHEDULE: "wavefront"
+// `threads` and `smem_bytes`, n_blocks KV tiles per group), with whole groups filling the
+// resident slots (rotated_dq_walk_packs). FLASHTRAIN_DQ_SCHEDULE: "wavefront"
 // never rotates (the wavefront needs no co-residency, e.g. beside kernels that hold SMs
 // indefinitely); "rotated" also rotates the default mode's walk (it waits on nothing there; on
 // the H200 the same speed without a mask and 2-5% slower under causal ones, which lose the sm90
@@ -42,7 +43,7 @@ bool rotate_dq_walk(const Problem& problem, int n_blocks, Kernel kernel, int thr
   FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cuda backward: SM count");
   FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes),
                 "cuda backward: occupancy of the main kernel");
-  return n_blocks <= sms * per_sm;
+  return rotated_dq_walk_packs(n_blocks, sms * per_sm);
 }
 
 }  // namespace flashtrain::cuda

@@ -84,6 +84,18 @@ FT_HOST_DEVICE bool rotated_dq_waits_point_up(const MaskSpec& mask, int block_m,
   return mask.left < 0 && mask.right == 0 && mask.diag == 0 && block_m > 0 && block_n >= block_m;
 }
 
+// Whether the rotated walk, where its waits wrap (no causal mask), keeps `resident` block slots
+// busy with n_blocks key tiles a head (n_blocks <= resident): its waits hold each head's tiles in
+// lock step, so the tiles of a head that is only partly resident stall until the rest start. When
+// whole heads fill less than 85% of the slots the wavefront, whose waits are one-sided, does as
+// well or better: a threshold fitted to the lock-step model of tests/cpp/test_sm90_fwd.cpp
+// (RotatedWalkTakenWhereItPacks), e.g. D 256's 80-key tiles at S 8k on 132 slots: 103 tiles a
+// head fill 78%, rotated 0.82 of the no-wait bound, wavefront 0.95 (measured on an H100, run 37:
+// 0.86x the pair kernel, whose 128 tiles a head fill 97%).
+FT_HOST_DEVICE bool rotated_dq_walk_packs(int n_blocks, int resident) {
+  return n_blocks > 0 && n_blocks <= resident && 20 * (resident / n_blocks) * n_blocks >= 17 * resident;
+}
+
 // Where key tile n_block's walk over its query tiles `m_tiles` starts, as an offset into them.
 FT_HOST_DEVICE int dq_walk_offset(bool rotated, int n_block, TileRange m_tiles, int block_m, int block_n) {
   if (!rotated || m_tiles.empty()) return 0;
