@@ -13,13 +13,14 @@
 //                                  load; dS -> shared memory, a barrier of both consumers
 //   dQ slice 0 = dS K[:, 0:128], dK^T += Q^T dS, dQ slice 1 = dS K[:, 128:256]   (wgmma)
 //   each dQ slice, once retired, times scale added into dq_accum by vector reductions
-//   (bwd_dq_atomics_sm90.h) while the next GEMM runs (kDeterministic: in the step's turn of
-//   tile_range.h's schedule, taken by one thread before slice 0's and held through slice 1's)
-// Q's stage and its row statistics are released at the end of the step, once the dK^T GEMM reading
-// Q has retired. P and dS alternate between two buffers by step
-// parity: a consumer writes step t + 1's while the other may still read step t's (every GEMM
-// reading a step's buffers has retired before the consumer that issued it passes step t + 1's
-// first barrier, which comes before step t + 2's writes).
+//   (bwd_dq_atomics_sm90.h): slice 0's while dK^T and slice 1 run, slice 1's after the step's
+//   last wait (kDeterministic: in the step's turn of tile_range.h's schedule, taken by one thread
+//   before slice 0's and held through slice 1's)
+// Q's stage and its row statistics are released at the end of the step, once the dK^T GEMM
+// reading Q has retired. P and dS alternate between two buffers by step parity: a consumer writes
+// step t + 1's while the other may still read step t's (every GEMM reading a step's buffers has
+// retired before the consumer that issued it passes step t + 1's first barrier, which comes
+// before step t + 2's writes).
 // dK (times scale) and dV are written once at the end (bwd_wide_epilogue_sm90.h).
 #pragma once
 #include <cute/tensor.hpp>
