@@ -1,9 +1,10 @@
-// The producer warpgroup of the sm90 backward main kernel (bwd_kernel_sm90.h): one thread of warp 0
-// loads K and V once and each step's Q and dO by TMA; warps 2 and 3 fetch each step's row
-// statistics; one thread of warp 1 adds each step's staged dQ into dq_accum by TMA reductions (in
-// the deterministic turns of tile_range.h when kDeterministic), or, in the kernels whose consumers
-// add dQ themselves (split-D, wide key tiles), passes their deterministic turns on. All three run two stages / one
-// staging tile ahead of or behind the consumers, on the mbarriers of SharedStorage.
+// The producer warpgroup of the sm90 backward main kernels (bwd_kernel_sm90.h; the split-D and
+// wide-key-tile kernels use its parts): one thread of warp 0 loads K and V once and each step's Q
+// and dO by TMA; warps 2 and 3 fetch each step's row statistics; one thread of warp 1 adds each
+// step's staged dQ into dq_accum by TMA reductions (in the deterministic turns of tile_range.h when
+// kDeterministic), or, where the consumers add dQ themselves, passes their deterministic turns on.
+// All three run stages / a staging tile ahead of or behind the consumers, on the mbarriers of
+// SharedStorage.
 #pragma once
 #include <cmath>
 
