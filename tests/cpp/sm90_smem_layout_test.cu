@@ -10,14 +10,12 @@
 #include "cuda/sm90/bwd_kernel_traits_sm90.h"
 #include "cuda/sm90/bwd_smem_stores_sm90.h"
 #include "cuda/sm90/bwd_split_traits_sm90.h"
-#include "cuda/sm90/bwd_wide_traits_sm90.h"
 
 namespace {
 
 using namespace cute;
 using flashtrain::cuda::sm90::BwdSplitTraits;
 using flashtrain::cuda::sm90::BwdTraits;
-using flashtrain::cuda::sm90::BwdWideTraits;
 
 // Byte offsets come from pointer differences over a 1024-byte-aligned host buffer: CuTe's swizzle
 // acts on address bits, as it does on the device's shared-memory addresses.
@@ -106,44 +104,10 @@ void check_split_pds_offsets() {
   EXPECT_EQ(mismatches, 0);
 }
 
-// Wide-key-tile kernel: P / dS stores (wide_pds_thread_base + wide_pds_value_offset) against the
-// S MMA's partition of the (queries x keys) view SmemLayoutPdSt, which must also be the bytes of
-// SmemLayoutPdS (keys x queries), the dV / dK GEMMs' B operand.
-void check_wide_pds_offsets() {
-  using Traits = BwdWideTraits<256, cutlass::bfloat16_t>;
-  using E = cutlass::bfloat16_t;
-  AlignedBuffer buffer;
-  char* base = buffer.base();
-  Tensor sPdS = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdS{});
-  Tensor sPdSt = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdSt{});
-  typename Traits::TiledMmaSdP mma;
-  int mismatches = 0;
-  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
-    Tensor t = mma.get_thread_slice(tid).partition_C(sPdSt);
-    const uint32_t thread_base = flashtrain::cuda::sm90::wide_pds_thread_base<Traits>(tid);
-    for (int b = 0; b < Traits::kStagesPdS; ++b) {
-      for (int i = 0; i < size(t(_, _, _, b)); ++i) {
-        const long cute_offset = reinterpret_cast<char*>(&t(_, _, _, b)(i)) - base;
-        const long ours = thread_base + flashtrain::cuda::sm90::wide_pds_value_offset<Traits>(i, b);
-        if (cute_offset != ours && ++mismatches <= 5)
-          ADD_FAILURE() << "wide P / dS: thread " << tid << " value " << i << " buffer " << b << ": CuTe offset "
-                        << cute_offset << ", ours " << ours;
-      }
-    }
-  }
-  for (int b = 0; b < Traits::kStagesPdS; ++b)
-    for (int q = 0; q < Traits::kBlockM; ++q)
-      for (int k = 0; k < Traits::kBlockN; ++k)
-        if (&sPdSt(q, k, b) != &sPdS(k, q, b) && ++mismatches <= 10)
-          ADD_FAILURE() << "wide dS view: (q " << q << ", k " << k << ", b " << b << ")";
-  EXPECT_EQ(mismatches, 0);
-}
-
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD64) { check_ds_offsets<64>(); }
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD128) { check_ds_offsets<128>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD64) { check_dq_offsets<64>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD128) { check_dq_offsets<128>(); }
 TEST(Sm90SmemLayout, SplitPdSOffsetsAndDsViewMatchCuteD256) { check_split_pds_offsets(); }
-TEST(Sm90SmemLayout, WidePdSOffsetsAndViewMatchCuteD256) { check_wide_pds_offsets(); }
 
 }  // namespace
