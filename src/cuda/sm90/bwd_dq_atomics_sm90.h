@@ -25,37 +25,12 @@ __device__ __forceinline__ void red_add_f32x2(float* ptr, float x, float y) {
 }
 
 // Adds rows [0, rows) of this thread's part of a (kRows x kCols) wgmma accumulator `acc` (thr's
-// partition of the tile) into the fp32 tile at `tile` (row stride `row_stride` floats).
-template <int kRows, int kCols, class ThrMma, class Acc>
-__device__ __forceinline__ void add_rows_reduce(float* tile, int64_t row_stride, ThrMma const& thr, Acc const& acc,
-                                                int rows) {
-  using namespace cute;
-  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
-  Tensor coord_rc = make_tensor(coord.data(), accumulator_rowcol(coord.layout()));
-  Tensor acc_rc = make_tensor(acc.data(), accumulator_rowcol(acc.layout()));
-  static_assert(decltype(size<1>(acc_rc))::value % 2 == 0, "accumulator rows come in column pairs");
-  CUTLASS_PRAGMA_UNROLL
-  for (int r = 0; r < size<0>(acc_rc); ++r) {
-    const int row = get<0>(coord_rc(r, 0));
-    const int col = get<1>(coord_rc(r, 0));
-    float* row_ptr = tile + row * row_stride + col;
-    if (row < rows) {  // one divergent branch a row (ptxas branches around each predicated REDG)
-      CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < size<1>(acc_rc); c += 2) {
-        // The column's distance from the row's first is a constant of the layout.
-        red_add_f32x2(row_ptr + (get<1>(coord_rc(r, c)) - col), acc_rc(r, c), acc_rc(r, c + 1));
-      }
-    }
-  }
-}
-
-// add_rows_reduce of acc plus scale times the peer block's share of the same elements, read from
-// shared memory as each reduction goes out (the share's register order: the v-th four values of
-// this thread's fragment at share + v * kShareVecStride bytes). Summing as the reductions issue
-// keeps two values a column pair live instead of the whole share.
-template <int kRows, int kCols, int kShareVecStride, class ThrMma, class Acc>
-__device__ __forceinline__ void add_rows_reduce_with_share(float* tile, int64_t row_stride, ThrMma const& thr,
-                                                           Acc const& acc, int rows, uint32_t share, float scale) {
+// partition of the tile) into the fp32 tile at `tile` (row stride `row_stride` floats), column pair
+// by column pair: pair(index, x, y) gives the two values to add for the pair (x, y) of acc at
+// position `index` of the fragment's register order.
+template <int kRows, int kCols, class ThrMma, class Acc, class Pair>
+__device__ __forceinline__ void add_rows_reduce_pairs(float* tile, int64_t row_stride, ThrMma const& thr,
+                                                      Acc const& acc, int rows, Pair&& pair) {
   using namespace cute;
   Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
   Tensor coord_rc = make_tensor(coord.data(), accumulator_rowcol(coord.layout()));
@@ -67,19 +42,39 @@ __device__ __forceinline__ void add_rows_reduce_with_share(float* tile, int64_t 
     const int row = get<0>(coord_rc(r, 0));
     const int col = get<1>(coord_rc(r, 0));
     float* row_ptr = tile + row * row_stride + col;
-    if (row < rows) {
+    if (row < rows) {  // one divergent branch a row (ptxas branches around each predicated REDG)
       CUTLASS_PRAGMA_UNROLL
       for (int c = 0; c < size<1>(acc_rc); c += 2) {
-        const int index = kRowCol(r, c);  // the pair's place in the fragment's register order
-        float2 x;
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                     : "=f"(x.x), "=f"(x.y)
-                     : "r"(share + static_cast<uint32_t>((index / 4) * kShareVecStride + (index % 4) * 4)));
-        red_add_f32x2(row_ptr + (get<1>(coord_rc(r, c)) - col), fmaf(x.x, scale, acc_rc(r, c)),
-                      fmaf(x.y, scale, acc_rc(r, c + 1)));
+        const float2 v = pair(static_cast<int>(kRowCol(r, c)), acc_rc(r, c), acc_rc(r, c + 1));
+        // The column's distance from the row's first is a constant of the layout.
+        red_add_f32x2(row_ptr + (get<1>(coord_rc(r, c)) - col), v.x, v.y);
       }
     }
   }
+}
+
+// add_rows_reduce_pairs of acc itself.
+template <int kRows, int kCols, class ThrMma, class Acc>
+__device__ __forceinline__ void add_rows_reduce(float* tile, int64_t row_stride, ThrMma const& thr, Acc const& acc,
+                                                int rows) {
+  add_rows_reduce_pairs<kRows, kCols>(tile, row_stride, thr, acc, rows,
+                                      [](int, float x, float y) { return make_float2(x, y); });
+}
+
+// add_rows_reduce of acc plus scale times the peer block's share of the same elements, read from
+// shared memory as each reduction goes out (the share's register order: the v-th four values of
+// this thread's fragment at share + v * kShareVecStride bytes). Summing as the reductions issue
+// keeps two values a column pair live instead of the whole share.
+template <int kRows, int kCols, int kShareVecStride, class ThrMma, class Acc>
+__device__ __forceinline__ void add_rows_reduce_with_share(float* tile, int64_t row_stride, ThrMma const& thr,
+                                                           Acc const& acc, int rows, uint32_t share, float scale) {
+  add_rows_reduce_pairs<kRows, kCols>(tile, row_stride, thr, acc, rows, [&](int index, float x, float y) {
+    float2 peer;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                 : "=f"(peer.x), "=f"(peer.y)
+                 : "r"(share + static_cast<uint32_t>((index / 4) * kShareVecStride + (index % 4) * 4)));
+    return make_float2(fmaf(peer.x, scale, x), fmaf(peer.y, scale, y));
+  });
 }
 
 }  // namespace flashtrain::cuda::sm90

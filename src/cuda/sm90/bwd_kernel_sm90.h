@@ -310,9 +310,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     if (kLatePublish && step >= kStageDelay) publish_dq();
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
     if (interior) {
-      probabilities_t<false>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+      probabilities<false, true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
     } else {
-      probabilities_t<true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+      probabilities<true, true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
     }
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     convert_fragment(tSrS, tOrP);
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
     warpgroup_fence_operand(tdPrdP);
     Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
-    dscores_t(dp, scores, coords, stage_dsum);
+    dscores<true>(dp, scores, coords, stage_dsum);
     Tensor tOrdS = make_tensor<Element>(accumulator_as_a_operand(tdPrdP.layout()));
     convert_fragment(tdPrdP, tOrdS);
     // dS^T into this step's dS buffer once dQ(step - 2) has read it (kDeterministic: retired before

@@ -358,9 +358,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_fence_operand(tSrS);
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
     if (interior) {
-      probabilities_t<false>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+      probabilities<false, true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
     } else {
-      probabilities_t<true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+      probabilities<true, true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
     }
     publish(tSrS, p_smem, buf, BwdSplitBarrier::kPWritten);
     wgmma_gemm<false, -1>(mma_dkv, tdVrP(_, _, _, buf), tdVrdOt(_, _, _, stage), acc_dv);
@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_wait<1>();  // dP^T landed; dV may still be in flight
     warpgroup_fence_operand(tdPrdP);
     Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
-    dscores_t(dp, scores, coords, stage_dsum);
+    dscores<true>(dp, scores, coords, stage_dsum);
     publish(tdPrdP, ds_smem, buf, BwdSplitBarrier::kDsWritten);
     // dQ before dK: its additions go out while the dK GEMM (and the next S^T) runs.
     Tensor acc_dq = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});

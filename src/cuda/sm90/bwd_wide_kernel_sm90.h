@@ -239,9 +239,9 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_fence_operand(tSrS);
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
     if (interior) {
-      probabilities<false>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+      probabilities<false, false>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
     } else {
-      probabilities<true>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
+      probabilities<true, false>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
     }
     Tensor tPsP_buf = tPsP(_, _, _, buf);
     publish(tSrS, tPsP_buf, BwdWideBarrier::kPWritten);
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     warpgroup_wait<1>();  // dP landed; dV^T may still be in flight
     warpgroup_fence_operand(tdPrdP);
     Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
-    dscores(dp, scores, coords, stage_dsum);
+    dscores<false>(dp, scores, coords, stage_dsum);
     warpgroup_wait<0>();  // dV^T retired: this thread is done with dO
     warpgroup_fence_operand(acc_dvt);
     ClusterBarrier::arrive(&s.do_empty);
