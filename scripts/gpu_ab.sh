@@ -19,7 +19,9 @@
 #             ('' with --race '': neither build compiles the tests)
 #   --race    gtest filter run under racecheck (default '*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16';
 #             '' skips it)
-#   --bench   options for bench/ab_builds.py (default '--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic')
+#   --bench   options for bench/ab_builds.py (default '--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic');
+#             may be given again for further comparisons of the same two builds (e.g. other --env-a /
+#             --env-b settings), written to ab_2.md / ab_2.json and so on
 #   --tests-on which build gets the C++ tests and racecheck (default b, the change under test; a when
 #             this tree is the change and TREE_B the baseline, so that build A, whose operators are
 #             torch.ops.flashtrain, can also serve flashtrain's Python package afterwards)
@@ -29,14 +31,14 @@
 #             and on build B into OUTDIR/ncu/b when the deadline leaves time
 #   --deadline skip --grid / --ncu when they would end later than SECONDS after the start (the
 #             device call's limit, less the time to send the results back)
-# OUTDIR ends with at most 8 files (what a device call returns): the logs in logs.tgz, the ncu
+# OUTDIR ends with at most 8 files (what a device call returns; a second --bench adds two): the logs in logs.tgz, the ncu
 # folder without its reports in ncu.tgz.
 # Environment: BUILD_JOBS (default: all cores), STEP_LIMIT (seconds the tests and racecheck may
 # each run, default 240: tests still running then are reported as a hang and nothing after them
 # runs), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 tree_b=""
@@ -53,7 +55,7 @@ fi
 hdims="64;128"
 tests='*CudaBackward*:*Deterministic*cuda*:*Accuracy*cuda*:*MaskedRows*cuda*'
 race='*Sm90ShapesMultiStep/bf16:*DeterministicSelfAttentionBitwise/bf16'
-bench='--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic'
+benches=()
 tests_on=b
 grid=""
 ncu_cases=""
@@ -64,7 +66,7 @@ while [[ $# -gt 0 ]]; do
     --hdims) hdims=$2; shift ;;
     --tests) tests=$2; shift ;;
     --race) race=$2; shift ;;
-    --bench) bench=$2; shift ;;
+    --bench) benches+=("$2"); shift ;;
     --tests-on) tests_on=$2; shift ;;
     --grid) grid=$2; shift ;;
     --ncu) ncu_cases=$2; shift ;;
@@ -73,6 +75,7 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+(( ${#benches[@]} )) || benches=('--seqlens 1024,8192 --dims 64,128 --dtypes bf16,fp16 --deterministic')
 jobs=${BUILD_JOBS:-$(nproc)}
 step_limit=${STEP_LIMIT:-240}
 python=${PYTHON:-python3}
@@ -86,7 +89,7 @@ note() { summary+=("$1"); echo "gpu_ab: $1"; }
 # ncu.log and the two archives.
 pack() {
   local logs=()
-  for f in "$out"/build_*.log "$out"/tests_*.log "$out"/racecheck_*.log "$out"/ab.log "$out"/bench.log; do
+  for f in "$out"/build_*.log "$out"/tests_*.log "$out"/racecheck_*.log "$out"/ab*.log "$out"/bench.log; do
     [[ -f $f ]] && logs+=("$(basename "$f")")
   done
   (( ${#logs[@]} )) && tar czf "$out/logs.tgz" -C "$out" "${logs[@]}" && (cd "$out" && rm -f "${logs[@]}")
@@ -160,12 +163,15 @@ if [[ $rc_t == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; th
   note "racecheck on $T ($race): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_$tests_on.log"))"
 fi
 if [[ $rc_a == 0 && $rc_b == 0 ]]; then
-  # shellcheck disable=SC2086
-  PYTHONPATH="$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" $python bench/ab_builds.py \
-    --a "$lib_a" --b "$dir_b"/python/flashtrain/libflashtrain_torch.so \
-    --labels "this,$label_b" $bench --markdown "$out/ab.md" --json "$out/ab.json" > "$out/ab.log" 2>&1
-  note "ab_builds: exit $? ($((SECONDS - t0)) s in all)"
-  cat "$out/ab.md" 2>/dev/null
+  for i in "${!benches[@]}"; do
+    name=ab; (( i )) && name=ab_$((i + 1))
+    # shellcheck disable=SC2086
+    PYTHONPATH="$PWD/bench${PYTHONPATH:+:$PYTHONPATH}" $python bench/ab_builds.py \
+      --a "$lib_a" --b "$dir_b"/python/flashtrain/libflashtrain_torch.so \
+      --labels "this,$label_b" ${benches[$i]} --markdown "$out/$name.md" --json "$out/$name.json" > "$out/$name.log" 2>&1
+    note "ab_builds ($name: ${benches[$i]}): exit $? ($((SECONDS - t0)) s in all)"
+    cat "$out/$name.md" 2>/dev/null
+  done
 fi
 if [[ -n "$grid" && $rc_a == 0 ]]; then
   if (( SECONDS + 100 > deadline )); then
