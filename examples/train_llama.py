@@ -748,13 +748,33 @@ def _paired(ref, other, ref_name, args):
     out = {"vs": ref_name, "rounds": len(ratios), "per_round": ratios}
     if ratios:
         out.update(ratio=round(statistics.median(ratios), 4), ratio_min=min(ratios), ratio_max=max(ratios))
+        ci = median_interval(ratios)
+        if ci is not None:
+            out["ratio_ci95"] = list(ci)
     return out
+
+
+def median_interval(values, confidence=0.95):
+    """A distribution-free interval for the median of the distribution `values` are independent
+    draws of: the order statistics (x_(k), x_(n+1-k)) with the largest k for which
+    P(k <= Binomial(n, 1/2) <= n - k) >= confidence (the sign test's interval; the coverage holds
+    for any continuous distribution). None when n is too small for any k (n < 6 at 95%)."""
+    xs = sorted(values)
+    n = len(xs)
+    best = None
+    for k in range(1, n // 2 + 1):
+        outside = 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n  # P(fewer than k on one side)
+        if 1 - outside < confidence:
+            break
+        best = (xs[k - 1], xs[n - k])
+    return best
 
 
 def _paired_line(result):
     runs = result["impls"]
-    parts = ["%s/%s %.3fx [%.3f, %.3f] over %d rounds" % (b, p["vs"], p["ratio"], p["ratio_min"],
-                                                          p["ratio_max"], p["rounds"])
+    parts = ["%s/%s %.3fx%s [%.3f, %.3f] over %d rounds" % (
+                 b, p["vs"], p["ratio"], " (median's 95%% interval %.3f-%.3f)" % tuple(p["ratio_ci95"])
+                 if p.get("ratio_ci95") else "", p["ratio_min"], p["ratio_max"], p["rounds"])
              if p["rounds"] else "%s/%s: no paired rounds" % (b, p["vs"])
              for b, p in result["paired"].items()]
     speeds = ["%s %s%s" % (a, "%.0f tok/s" % r["tokens_per_s"] if "tokens_per_s" in r else r["status"],

@@ -601,6 +601,11 @@ def _seq_label(s):
     return "%dk" % (s // 1024) if s % 1024 == 0 else str(s)
 
 
+def _cell_ratio(p):
+    ci = " (95%% %.3f-%.3f)" % tuple(p["ratio_ci95"]) if p.get("ratio_ci95") else ""
+    return "%.3fx%s [%.3f, %.3f] (%d)" % (p["ratio"], ci, p["ratio_min"], p["ratio_max"], p["rounds"])
+
+
 def paired_markdown(paired):
     st = paired.get("settings", {})
     res = paired.get("results", [])
@@ -613,7 +618,8 @@ def paired_markdown(paired):
              "of which %s warm-up; in each round every attention runs one optimizer step, in the "
              "order %s in even rounds and reversed in odd ones. tok/s: tokens per step / median "
              "measured step time. Ratio: median over the measured rounds of that round's tokens/s "
-             "ratio [min, max] (rounds). GiB: the largest per-step torch.cuda.max_memory_allocated "
+             "ratio, the median's distribution-free 95%% interval where there are 6 or more rounds "
+             "(sign test), [min, max] (rounds). GiB: the largest per-step torch.cuda.max_memory_allocated "
              "(weights and optimizer state shared). SDPA backend: torch's choice for these shapes." % (
                  paired.get("commit", "?"), paired.get("started", "?"), st.get("layers"),
                  st.get("tokens_per_step"), st.get("rounds"), st.get("warmup_rounds"),
@@ -626,8 +632,7 @@ def paired_markdown(paired):
         ratios = [r.get("paired", {}).get(b) or {} for b in others]
         row = ([_seq_label(r["seq"]) + ("*" if r.get("stopped_early") else ""), r.get("dtype", "-")]
                + [_cell_speed(runs.get(a)) for a in names]
-               + ["%.3fx [%.3f, %.3f] (%d)" % (p["ratio"], p["ratio_min"], p["ratio_max"], p["rounds"])
-                  if p.get("rounds") else "-" for p in ratios]
+               + [_cell_ratio(p) if p.get("rounds") else "-" for p in ratios]
                + [_cell_mem(runs.get(a)) for a in names] + [r.get("sdpa_backend") or "-"])
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "tok/s (MFU); *: stopped early by the budget (fewer rounds); OOM\u2020: not run because "
@@ -691,9 +696,10 @@ def plots(out_dir, sweep, losscurve, paired):
         for dtype, b, vs in sorted({(r["dtype"], b, p["vs"]) for r, b, p in rows}):
             pts = sorted(((r["seq"], p) for r, bb, p in rows if r["dtype"] == dtype and bb == b),
                          key=lambda t: t[0])
+            bars = [p.get("ratio_ci95") or (p["ratio_min"], p["ratio_max"]) for _, p in pts]
             ax.errorbar([x for x, _ in pts], [p["ratio"] for _, p in pts],
-                        yerr=[[p["ratio"] - p["ratio_min"] for _, p in pts],
-                              [p["ratio_max"] - p["ratio"] for _, p in pts]],
+                        yerr=[[p["ratio"] - lo for (_, p), (lo, _) in zip(pts, bars)],
+                              [hi - p["ratio"] for (_, p), (_, hi) in zip(pts, bars)]],
                         fmt="o-" if dtype == "bf16" else "s:", capsize=4, color=colors.get(b),
                         label="%s / %s, %s" % (b, vs, dtype))
         ax.axhline(1.0, color="gray", ls="--", lw=1)
@@ -701,7 +707,7 @@ def plots(out_dir, sweep, losscurve, paired):
         seqs = sorted({r["seq"] for r, _, _ in rows})
         ax.set_xticks(seqs)
         ax.set_xticklabels([_seq_label(x) for x in seqs])
-        _label_axes(ax, "sequence length S", "tokens/s ratio (median, min-max over rounds)",
+        _label_axes(ax, "sequence length S", "tokens/s ratio (median; bars: its 95% interval,\nor min-max under 6 rounds)",
                     "paired speed ratio, same process (ABBA)", 8)
         fig.tight_layout()
         fig.savefig(os.path.join(out_dir, "paired_ratio.png"), dpi=110)

@@ -137,6 +137,24 @@ def test_train_llama_compare(tmp_path):
     paired = result["paired"]["eager"]
     assert paired["vs"] == "sdpa" and paired["rounds"] == 2 and len(paired["per_round"]) == 2
     assert paired["ratio_min"] <= paired["ratio"] <= paired["ratio_max"]
+    assert "ratio_ci95" not in paired  # 2 rounds: too few for a 95% interval of the median
+
+
+def test_median_interval_is_the_sign_test_interval():
+    """The 95% interval of the median from order statistics: ranks 4 and 13 of 16 (the sign test's
+    table), 17 and 32 of 48, none below 6 values; its coverage checked by simulation."""
+    import random
+    train_llama = _load(TRAIN, "train_llama_under_test")
+    assert train_llama.median_interval(list(range(16, 0, -1))) == (4, 13)
+    assert train_llama.median_interval(list(range(1, 49))) == (17, 32)
+    assert train_llama.median_interval([1, 2, 3, 4, 5]) is None
+    assert train_llama.median_interval([1, 2, 3, 4, 5, 6]) == (1, 6)
+    rng = random.Random(7)
+    covered = 0
+    for _ in range(2000):
+        lo, hi = train_llama.median_interval([rng.expovariate(1.0) for _ in range(16)])
+        covered += lo <= 0.6931471805599453 <= hi  # the median of Exp(1) is ln 2
+    assert 0.94 <= covered / 2000 <= 0.99, covered
 
 
 def test_runner_paired_report_from_json(tmp_path):
@@ -147,13 +165,14 @@ def test_runner_paired_report_from_json(tmp_path):
         "status": "ok", "sdpa_backend": "FLASH_ATTENTION",
         "impls": {"sdpa": sdpa, "flashtrain": ok(62400.0, 33.0)}, "paired": {"flashtrain": paired}}
     results = [record(4096, ok(60000.0, 34.2), {"vs": "sdpa", "rounds": 12, "ratio": 1.04,
-                                                "ratio_min": 0.99, "ratio_max": 1.08}),
+                                                "ratio_min": 0.99, "ratio_max": 1.08,
+                                                "ratio_ci95": [1.01, 1.06]}),
                record(65536, {"status": "oom", "steps": []}, {"vs": "sdpa", "rounds": 0, "per_round": []})]
     (tmp_path / "paired.json").write_text(json.dumps({"settings": {"rounds": 14, "warmup_rounds": 2},
                                                       "results": results}))
     table = _report_only(tmp_path)
     assert "## Paired speed (same process, ABBA)" in table, table
-    assert "| 4k | bf16 | 60.0k (40%) | 62.4k (40%) | 1.040x [0.990, 1.080] (12) | 34.2 | 33.0 | " \
+    assert "| 4k | bf16 | 60.0k (40%) | 62.4k (40%) | 1.040x (95% 1.010-1.060) [0.990, 1.080] (12) | 34.2 | 33.0 | " \
            "FLASH_ATTENTION |" in table, table
     assert "| 64k | bf16 | OOM | 62.4k (40%) | - | OOM | 33.0 | FLASH_ATTENTION |" in table, table
 
