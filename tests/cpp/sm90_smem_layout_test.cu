@@ -1,7 +1,7 @@
 // The sm90 backward's hand-computed shared-memory store addresses (src/cuda/sm90/
 // bwd_smem_stores_sm90.h) against CuTe's layouts of the same tiles, for every thread of the block
-// and every value it stores, at every head dim the kernels have; and the split-D kernel's
-// transposed view of its dS^T buffers. Host-only: it runs without a GPU.
+// and every value it stores, at every head dim the kernels have; the split-D kernel's transposed
+// view of its dS^T buffers; the wide-key-tile kernel's P / dS buffers and dK / dV staging. Host-only: it runs without a GPU.
 #include <cstdint>
 #include <vector>
 
@@ -10,12 +10,15 @@
 #include "cuda/sm90/bwd_kernel_traits_sm90.h"
 #include "cuda/sm90/bwd_smem_stores_sm90.h"
 #include "cuda/sm90/bwd_split_traits_sm90.h"
+#include "cuda/sm90/bwd_wide_epilogue_sm90.h"
+#include "cuda/sm90/bwd_wide_traits_sm90.h"
 
 namespace {
 
 using namespace cute;
 using flashtrain::cuda::sm90::BwdSplitTraits;
 using flashtrain::cuda::sm90::BwdTraits;
+using flashtrain::cuda::sm90::BwdWideTraits;
 
 // Byte offsets come from pointer differences over a 1024-byte-aligned host buffer: CuTe's swizzle
 // acts on address bits, as it does on the device's shared-memory addresses.
@@ -104,10 +107,79 @@ void check_split_pds_offsets() {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Wide-key-tile kernel: P / dS stores (wide_pds_thread_base + wide_pds_value_offset) against the
+// S MMA's partition of the (queries x keys) view SmemLayoutPdSt, which must also be the bytes of
+// SmemLayoutPdS (keys x queries), the dV / dK GEMMs' B operand.
+void check_wide_pds_offsets() {
+  using Traits = BwdWideTraits<256, cutlass::bfloat16_t>;
+  using E = cutlass::bfloat16_t;
+  AlignedBuffer buffer;
+  char* base = buffer.base();
+  Tensor sPdS = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdS{});
+  Tensor sPdSt = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdSt{});
+  typename Traits::TiledMmaSdP mma;
+  int mismatches = 0;
+  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
+    Tensor t = mma.get_thread_slice(tid).partition_C(sPdSt);
+    const uint32_t thread_base = flashtrain::cuda::sm90::wide_pds_thread_base<Traits>(tid);
+    for (int b = 0; b < Traits::kStagesPdS; ++b) {
+      for (int i = 0; i < size(t(_, _, _, b)); ++i) {
+        const long cute_offset = reinterpret_cast<char*>(&t(_, _, _, b)(i)) - base;
+        const long ours = thread_base + flashtrain::cuda::sm90::wide_pds_value_offset<Traits>(i, b);
+        if (cute_offset != ours && ++mismatches <= 5)
+          ADD_FAILURE() << "wide P / dS: thread " << tid << " value " << i << " buffer " << b << ": CuTe offset "
+                        << cute_offset << ", ours " << ours;
+      }
+    }
+  }
+  for (int b = 0; b < Traits::kStagesPdS; ++b)
+    for (int q = 0; q < Traits::kBlockM; ++q)
+      for (int k = 0; k < Traits::kBlockN; ++k)
+        if (&sPdSt(q, k, b) != &sPdS(k, q, b) && ++mismatches <= 10)
+          ADD_FAILURE() << "wide dS view: (q " << q << ", k " << k << ", b " << b << ")";
+  EXPECT_EQ(mismatches, 0);
+}
+
+// Wide-key-tile kernel's dK / dV staging: each thread's value i (CuTe's (d, key) of the dK^T MMA's
+// partition) goes to wide_dkv_staging_offset(key, d), which our thread base + constant reproduces;
+// the offsets of the whole tile are a permutation of its 2-byte slots, and each 16-byte chunk the
+// copy-out reads (staging_offset(key, 8 c)) holds d = 8 c .. 8 c + 7 in order.
+void check_wide_dkv_staging() {
+  using Traits = BwdWideTraits<256, cutlass::bfloat16_t>;
+  namespace sm90 = flashtrain::cuda::sm90;
+  constexpr int kD = Traits::kHeadDim, kN = Traits::kBlockN;
+  typename Traits::TiledMmadKV mma;
+  int mismatches = 0;
+  std::vector<int> hits(kD * kN, 0);
+  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
+    Tensor coord = mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kD>, Int<kN>>{}));
+    const uint32_t thread_base = sm90::wide_dkv_thread_base<Traits>(tid);
+    for (int i = 0; i < size(coord); ++i) {
+      const int d = get<0>(coord(i)), key = get<1>(coord(i));
+      const uint32_t expected = sm90::wide_dkv_staging_offset<Traits>(key, d);
+      const uint32_t ours = thread_base + sm90::wide_dkv_value_offset<Traits>(i);
+      if (ours != expected && ++mismatches <= 5)
+        ADD_FAILURE() << "wide dK / dV staging: thread " << tid << " value " << i << " (d " << d << ", key " << key
+                      << "): expected " << expected << ", ours " << ours;
+      if (expected % 2 == 0 && expected / 2 < hits.size()) ++hits[expected / 2];
+    }
+  }
+  for (std::size_t slot = 0; slot < hits.size(); ++slot)
+    if (hits[slot] != 1 && ++mismatches <= 10) ADD_FAILURE() << "staging slot " << slot << " written " << hits[slot] << " times";
+  for (int key = 0; key < kN; ++key)
+    for (int d = 0; d < kD; ++d)
+      if (sm90::wide_dkv_staging_offset<Traits>(key, d) != sm90::wide_dkv_staging_offset<Traits>(key, d / 8 * 8) + 2 * (d % 8) &&
+          ++mismatches <= 15)
+        ADD_FAILURE() << "staging chunk of key " << key << " does not hold d " << d << " in order";
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD64) { check_ds_offsets<64>(); }
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD128) { check_ds_offsets<128>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD64) { check_dq_offsets<64>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD128) { check_dq_offsets<128>(); }
 TEST(Sm90SmemLayout, SplitPdSOffsetsAndDsViewMatchCuteD256) { check_split_pds_offsets(); }
+TEST(Sm90SmemLayout, WidePdSOffsetsAndViewMatchCuteD256) { check_wide_pds_offsets(); }
+TEST(Sm90SmemLayout, WideDkDvStagingMatchesCuteD256) { check_wide_dkv_staging(); }
 
 }  // namespace

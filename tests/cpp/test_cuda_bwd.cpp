@@ -241,9 +241,17 @@ std::vector<check::CaseSpec> split_d_cases(DType dtype) {
   return cases;
 }
 
+// FLASHTRAIN_BWD_D256 for the scope of one test.
+class BwdD256Env {
+ public:
+  explicit BwdD256Env(const char* value) { setenv("FLASHTRAIN_BWD_D256", value, 1); }
+  ~BwdD256Env() { unsetenv("FLASHTRAIN_BWD_D256"); }
+};
+
 TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
   const std::vector<check::CaseSpec> cases = split_d_cases(GetParam());
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  BwdD256Env split("split");  // D 256: the split-D kernel (the default mode's default is the wide one)
   for (const check::CaseSpec& s : cases) expect_case_passes(s, Backend::kCUDA);
 }
 
@@ -288,6 +296,7 @@ std::vector<check::CaseSpec> cluster_pair_cases(DType dtype) {
 TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
   const std::vector<check::CaseSpec> cases = cluster_pair_cases(GetParam());
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  BwdD256Env split("split");
   for (const check::CaseSpec& s : cases) {
     check::Case c(s);
     check::Outputs single;
@@ -321,6 +330,7 @@ TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
 TEST_P(CudaBackward, Sm90DeterministicClusterPairs) {
   std::vector<check::CaseSpec> cases = cluster_pair_cases(GetParam());
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
+  BwdD256Env split("split");
   for (check::CaseSpec& s : cases) {
     s.options.deterministic = true;
     check::Case c(s);
@@ -349,15 +359,9 @@ TEST_P(CudaBackward, Sm90DeterministicClusterPairs) {
   }
 }
 
-// FLASHTRAIN_BWD_D256 for the scope of one test.
-class BwdD256Env {
- public:
-  explicit BwdD256Env(const char* value) { setenv("FLASHTRAIN_BWD_D256", value, 1); }
-  ~BwdD256Env() { unsetenv("FLASHTRAIN_BWD_D256"); }
-};
-
-// Runs each case with FLASHTRAIN_BWD_D256=wide (bwd_wide_kernel_sm90.h): within DESIGN.md §4 of
-// float64, and deterministic cases bitwise repeatable.
+// Runs each case with FLASHTRAIN_BWD_D256=wide (bwd_wide_kernel_sm90.h, the default mode's kernel;
+// deterministic cases take it only when asked): within DESIGN.md §4 of float64, and deterministic
+// cases bitwise repeatable.
 void expect_wide_cases_pass(const std::vector<check::CaseSpec>& cases) {
   BwdD256Env env("wide");
   for (const check::CaseSpec& s : cases) {
@@ -420,7 +424,7 @@ TEST_P(CudaBackward, Sm90WideKeyTilesShapes) {
   expect_wide_cases_pass(cases);
 }
 
-// The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h; D 256: sm80::store_dkv) on its two
+// The sm90 backward's dK / dV epilogue (bwd_epilogue_sm90.h; D 256: bwd_wide_epilogue_sm90.h) on its two
 // paths: into padded outputs (row and head strides not the dense ones, last key tile partial,
 // padding checked untouched), and the fp32 atomics of a query-head group split over blocks (MQA on
 // a tiny grid).

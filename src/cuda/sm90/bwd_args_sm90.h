@@ -14,13 +14,14 @@ enum class BwdCluster { kOff, kLoads, kLoadsAndDq };
 
 struct BwdArgs {
   FwdStrides q, k, v, dout;  // TMA-legal strides of the tensors the main kernel loads
-  // D = 256, default mode: the main kernel may run as cluster pairs (bwd_split_kernel_sm90.h)
-  // sharing the Q / dO loads, and also summing dQ within the pair before its atomics;
-  // FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one; dq unless set.
-  BwdCluster cluster = BwdCluster::kLoadsAndDq;
   // D = 256: the wide-key-tile kernel (bwd_wide_kernel_sm90.h: 80-key tiles, no cluster pair)
-  // instead of the split-D one; FLASHTRAIN_BWD_D256=wide (dispatch_sm90.cu), split unless set.
-  bool wide_d256 = false;
+  // instead of the split-D one; dispatch_sm90.cu's bwd_wide_d256(): the default mode's choice,
+  // FLASHTRAIN_BWD_D256 overrides.
+  bool wide_d256 = true;
+  // D = 256 split-D, default mode: the main kernel may run as cluster pairs
+  // (bwd_split_kernel_sm90.h) sharing the Q / dO loads, and also summing dQ within the pair before
+  // its atomics; FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one; dq unless set.
+  BwdCluster cluster = BwdCluster::kLoadsAndDq;
 };
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in

@@ -1,6 +1,6 @@
 // The sm90 backward's register -> shared-memory stores of a step: this thread's dS^T values into
 // a dS buffer, and its scaled dQ values into the TMA-reduction staging tile (the split-D kernel:
-// its P^T and dS^T values into their buffers).
+// its P^T and dS^T values into their buffers; the wide-key-tile kernel: its P and dS values).
 //
 // Both tiles are 128-byte swizzled (bwd_kernel_traits_sm90.h). Written through CuTe's swizzled
 // smem tensors, every element became a generic 64-bit-addressed store (ST.E) after its own
@@ -79,8 +79,41 @@ CUTLASS_HOST_DEVICE uint32_t pds_pair_offset(uint32_t thread_base, int j, int bu
   return (thread_base ^ static_cast<uint32_t>(c * 16)) + static_cast<uint32_t>(h * 1024 + buffer * kBufferBytes);
 }
 
+// Wide-key-tile kernel (bwd_wide_traits_sm90.h): P or dS from its queries x keys accumulator
+// into SmemLayoutPdS (keys x queries, queries contiguous; atoms of 8 keys x 64 queries, 1 KB,
+// stacked over the keys). Value i = e + 2 h + 4 c of thread tid holds query 16 warp + lane/4 + 8 h
+// and key 40 w + 8 c + 2 (lane % 4) + e, so its key row within an atom is 2 (lane % 4) + e and
+// its 16-byte chunk (q / 8) ^ (row) = ((warp ^ lane % 4) << 1) | (h ^ e): a thread part and a
+// constant one. The byte offset from the buffers' base is wide_pds_thread_base(tid) +
+// wide_pds_value_offset(i, buffer), the second a constant of the unrolled store loop.
+template <class Traits>
+CUTLASS_HOST_DEVICE uint32_t wide_pds_thread_base(int tid) {
+  static_assert(Traits::kBlockM == 64 && Traits::kKeysPerWarpGroup % 8 == 0, "whole key atoms per warpgroup");
+  const int w = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, l = lane % 4;
+  return static_cast<uint32_t>(Traits::kKeysPerWarpGroup / 8 * w * 1024 + 2 * l * 128 + ((warp ^ l) << 5) + (lane / 4) * 2);
+}
+template <class Traits>
+CUTLASS_HOST_DEVICE constexpr uint32_t wide_pds_value_offset(int i, int buffer) {
+  constexpr int kBufferBytes = Traits::kBlockN * Traits::kBlockM * 2;
+  const int e = i % 2, h = (i / 2) % 2, c = i / 4;
+  return static_cast<uint32_t>(c * 1024 + e * 128 + ((h ^ e) << 4) + buffer * kBufferBytes);
+}
+
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
+
+// Wide-key-tile kernel: this thread's 16-bit P or dS values (accumulator order) into buffer
+// `buffer`, one 16-bit store each (a value's neighbour in the accumulator is the next key, a row
+// of the buffer away), each at the thread's base plus a constant.
+template <class Traits, class Fragment>
+__device__ __forceinline__ void store_pds_wide(uint32_t pds_smem, Fragment const& tile, int buffer, int tid) {
+  constexpr int kValues = decltype(cute::size(tile))::value;
+  const uint16_t* values = reinterpret_cast<const uint16_t*>(tile.data());
+  const uint32_t base = pds_smem + wide_pds_thread_base<Traits>(tid) + wide_pds_value_offset<Traits>(0, buffer);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < kValues; ++i)
+    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(base + wide_pds_value_offset<Traits>(i, 0)), "h"(values[i]) : "memory");
+}
 
 // kPairs packed pairs of 16-bit dS^T values (accumulator order) into dS buffer `stage`.
 template <class Traits, int kPairs>

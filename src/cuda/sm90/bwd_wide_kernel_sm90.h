@@ -8,19 +8,19 @@
 // 64-row slabs w and w + 2 of D for dK^T and dV^T; 64 columns of each 128-column dQ slice):
 //   S  = Q K^T, dP = dO V^T        (wgmma, both in flight; dP also during the softmax)
 //   P  = exp2(S * scale log2e - lse log2e)  -> shared memory, then a barrier of both consumers
-//   dV^T += dO^T P                 (wgmma, in flight while dS is computed)
-//   dS = P * (dP - D)              then dV^T retired: dO's buffer is released for the next step's
-//                                  load; dS -> shared memory, a barrier of both consumers
-//   dQ slice 0 = dS K[:, 0:128], dK^T += Q^T dS, dQ slice 1 = dS K[:, 128:256]   (wgmma)
-//   each dQ slice, once retired, times scale added into dq_accum by vector reductions
-//   (bwd_dq_atomics_sm90.h): slice 0's while dK^T and slice 1 run, slice 1's after the step's
-//   last wait (kDeterministic: in the step's turn of tile_range.h's schedule, taken by one thread
-//   before slice 0's and held through slice 1's)
-// Q's stage and its row statistics are released at the end of the step, once the dK^T GEMM
-// reading Q has retired. P and dS alternate between two buffers by step parity: a consumer writes
-// step t + 1's while the other may still read step t's (every GEMM reading a step's buffers has
-// retired before the consumer that issued it passes step t + 1's first barrier, which comes
-// before step t + 2's writes).
+//   dV^T += dO^T P                 (wgmma, in flight while dS is computed and published)
+//   dS = P * (dP - D)              -> shared memory, then a barrier of both consumers
+//   dQ slice 0 = dS K[:, 0:128], dK^T's first slab, dQ slice 1 = dS K[:, 128:256], dK^T's second
+//   slab (wgmma; dK^T += Q^T dS issued as its two 64-row slabs of D): each dQ slice, once retired,
+//   times scale added into dq_accum by vector reductions (bwd_dq_atomics_sm90.h) while the slab
+//   issued behind it runs (kDeterministic: in the step's turn of tile_range.h's schedule, taken
+//   by one thread before slice 0's and held through slice 1's). Once slice 0 has retired so has
+//   dV^T, and dO's buffer is released for the next step's load.
+// Q's stage and its row statistics are released at the top of the next step, once its S GEMM is
+// issued and the second dK^T slab (the last reader of Q) has retired. P and dS alternate between
+// two buffers by step parity: a consumer writes step t + 1's while the other may still read step
+// t's (every GEMM reading a step's buffers has retired before the consumer that issued it passes
+// step t + 1's first barrier, which comes before step t + 2's writes).
 // dK (times scale) and dV are written once at the end (bwd_wide_epilogue_sm90.h).
 #pragma once
 #include <cute/tensor.hpp>
@@ -34,6 +34,7 @@
 #include "bwd_dq_atomics_sm90.h"
 #include "bwd_params_sm90.h"
 #include "bwd_producer_sm90.h"
+#include "bwd_smem_stores_sm90.h"
 #include "bwd_softmax_sm90.h"
 #include "bwd_wide_epilogue_sm90.h"
 #include "bwd_wide_traits_sm90.h"
@@ -148,7 +149,6 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   Tensor sdO = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutdO{});
   Tensor sdOt = make_tensor(make_smem_ptr(s.dout.data()), typename Traits::SmemLayoutdOt{});
   Tensor sP = make_tensor(make_smem_ptr(s.p.data()), typename Traits::SmemLayoutPdS{});
-  Tensor sPt = make_tensor(make_smem_ptr(s.p.data()), typename Traits::SmemLayoutPdSt{});
   Tensor sdS = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutPdS{});
   Tensor sdSt = make_tensor(make_smem_ptr(s.ds.data()), typename Traits::SmemLayoutPdSt{});
 
@@ -178,19 +178,18 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   clear(acc_dkt);
   clear(acc_dvt);
 
-  // (query, key) coordinates of this thread's S elements inside the tile, and their places in
-  // the P / dS buffers, seen as (queries x keys).
+  // (query, key) coordinates of this thread's S elements inside the tile.
   Tensor tScS = thr_sdp.partition_C(make_identity_tensor(TileSdP{}));
   Tensor coords = make_tensor(tScS.data(), accumulator_rowcol(tScS.layout()));
-  Tensor tPsP = thr_sdp.partition_C(sPt);  // (MMA, MMA_M, MMA_N, buffers)
-  Tensor tdSsdS = thr_sdp.partition_C(sdSt);
 
-  // Both consumers' 16-bit tile of the step in a P / dS buffer, visible to the wgmmas.
-  auto publish = [&](auto const& acc, auto& dst, BwdWideBarrier barrier) {
+  // Both consumers' 16-bit tile of the step in a P / dS buffer (bwd_smem_stores_sm90.h), visible
+  // to the wgmmas.
+  const uint32_t p_smem = cute::cast_smem_ptr_to_uint(s.p.data());
+  const uint32_t ds_smem = cute::cast_smem_ptr_to_uint(s.ds.data());
+  auto publish = [&](auto const& acc, uint32_t smem, int buffer, BwdWideBarrier barrier) {
     Tensor rounded = make_tensor_like<Element>(acc);
     convert_fragment(acc, rounded);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < size(rounded); ++i) dst(i) = rounded(i);
+    store_pds_wide<Traits>(smem, rounded, buffer, mma_tid);
     cutlass::arch::fence_view_async_shared();  // generic stores visible to the async proxy
     NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(barrier));
   };
@@ -224,6 +223,11 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     ClusterBarrier::wait(&s.qdo_full[stage], stage_parity);
     Tensor tSrS = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tSrQ(_, _, _, stage), tSrK, tSrS);
+    // Every wait unconditional (at step 0 nothing but this S is in flight): a wait that only some
+    // paths take makes ptxas inject its own and serialise the wgmmas (C7517 / C7518).
+    warpgroup_wait<1>();  // step - 1's second dK^T slab retired: its Q stage and statistics are free
+    warpgroup_fence_operand(acc_dkt);
+    if (step > 0) ClusterBarrier::arrive(&s.stage_empty[(step + kStages - 1) % kStages]);
     ClusterBarrier::wait(&s.do_full, step_parity);
     Tensor tdPrdP = partition_fragment_C(mma_sdp, TileSdP{});
     wgmma_gemm<true, -1>(mma_sdp, tdPrdO(_, _, _, 0), tdPrV, tdPrdP);
@@ -243,26 +247,27 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     } else {
       probabilities<true, false>(scores, coords, stage_lse2, p.scale_log2, mask, m0, n0, geo.len_q);
     }
-    Tensor tPsP_buf = tPsP(_, _, _, buf);
-    publish(tSrS, tPsP_buf, BwdWideBarrier::kPWritten);
+    publish(tSrS, p_smem, buf, BwdWideBarrier::kPWritten);
     wgmma_gemm<false, -1>(mma_dkv, tdVrdOt(_, _, _, 0), tdVrP(_, _, _, buf), acc_dvt);
 
     warpgroup_wait<1>();  // dP landed; dV^T may still be in flight
     warpgroup_fence_operand(tdPrdP);
     Tensor dp = make_tensor(tdPrdP.data(), accumulator_rowcol(tdPrdP.layout()));
     dscores<false>(dp, scores, coords, stage_dsum);
-    warpgroup_wait<0>();  // dV^T retired: this thread is done with dO
-    warpgroup_fence_operand(acc_dvt);
-    ClusterBarrier::arrive(&s.do_empty);
-    Tensor tdSsdS_buf = tdSsdS(_, _, _, buf);
-    publish(tdPrdP, tdSsdS_buf, BwdWideBarrier::kDsWritten);
+    publish(tdPrdP, ds_smem, buf, BwdWideBarrier::kDsWritten);
 
-    // dQ slice 0, then dK^T, then dQ slice 1: each slice's additions go out while the next GEMM runs.
+    // dQ slice 0, dK^T's first slab, dQ slice 1, dK^T's second slab: each slice's additions go out
+    // while the slab issued behind it runs.
+    Tensor tdKrQt_stage = tdKrQt(_, _, _, stage);
+    Tensor tdKrdS_buf = tdKrdS(_, _, _, buf);
     Tensor acc_dq0 = partition_fragment_C(mma_dq, typename Traits::TileShapedQSlice{});
     wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buf), tdQrKt0, acc_dq0);
-    wgmma_gemm<false, -1>(mma_dkv, tdKrQt(_, _, _, stage), tdKrdS(_, _, _, buf), acc_dkt);
-    warpgroup_wait<1>();  // dQ slice 0 retired; dK^T may be in flight
+    Tensor acc_dkt0 = row_slab(acc_dkt, 0);
+    wgmma_gemm<false, -1>(mma_dkv, row_slab(tdKrQt_stage, 0), tdKrdS_buf, acc_dkt0);
+    warpgroup_wait<1>();  // dV^T and dQ slice 0 retired; the first slab may be in flight
+    warpgroup_fence_operand(acc_dvt);
     warpgroup_fence_operand(acc_dq0);
+    ClusterBarrier::arrive(&s.do_empty);  // this thread is done with dO
     if constexpr (kDeterministic) {
       if (mma_tid == 0) take_dq_turn(step, pos, m0);
       NamedBarrier::sync(kMmaThreads, static_cast<uint32_t>(BwdWideBarrier::kDqTurn));
@@ -270,17 +275,21 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     add_dq_slice(acc_dq0, 0, pos.head, m0);
     Tensor acc_dq1 = partition_fragment_C(mma_dq, typename Traits::TileShapedQSlice{});
     wgmma_gemm<true, -1>(mma_dq, tdQrdS(_, _, _, buf), tdQrKt1, acc_dq1);
-    warpgroup_wait<0>();  // dK^T and dQ slice 1 retired
+    Tensor acc_dkt1 = row_slab(acc_dkt, 1);
+    wgmma_gemm<false, -1>(mma_dkv, row_slab(tdKrQt_stage, 1), tdKrdS_buf, acc_dkt1);
+    warpgroup_wait<1>();  // the first slab and dQ slice 1 retired; the second slab may be in flight
     warpgroup_fence_operand(acc_dq1);
-    warpgroup_fence_operand(acc_dkt);
-    ClusterBarrier::arrive(&s.stage_empty[stage]);  // done with Q and the statistics
     add_dq_slice(acc_dq1, 1, pos.head, m0);
     if constexpr (kDeterministic) ClusterBarrier::arrive(&s.dq_issued[step % 2]);
     pos = walk.next(pos);
   }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc_dkt);
+  if (num_steps > 0) ClusterBarrier::arrive(&s.stage_empty[(num_steps - 1) % kStages]);
 
-  // ---- dK (times scale) and dV, straight from the accumulators.
-  store_dkv_t<Traits>(p, geo, thr_dkv, acc_dkt, acc_dvt, b, hk, n0);
+  // ---- dK (times scale) and dV, staged through K's and V's buffers.
+  store_dkv_t<Traits>(p, geo, thr_dkv, acc_dkt, acc_dvt, b, hk, n0, s, mma_tid,
+                      static_cast<uint32_t>(BwdWideBarrier::kEpilogue));
 #endif
 }
 

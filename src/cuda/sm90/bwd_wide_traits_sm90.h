@@ -123,6 +123,7 @@ enum class BwdWideBarrier : uint32_t {
   kPWritten = 0,   // both warpgroups' P of the step in shared memory
   kDsWritten = 1,  // both warpgroups' dS of the step in shared memory
   kDqTurn = 2,     // kDeterministic: the step's dQ turn taken
+  kEpilogue = 3,   // dK / dV staged in K's and V's buffers (bwd_wide_epilogue_sm90.h)
 };
 
 }  // namespace flashtrain::cuda::sm90

@@ -30,6 +30,18 @@ __device__ __forceinline__ void wgmma_gemm(TiledMma& mma, TensorA const& tA, Ten
   if constexpr (kARegisters) cute::warpgroup_fence_operand(const_cast<TensorA&>(tA));
 }
 
+// Row slab i of a (MMA, MMA_M, X) fragment - an A operand (X = MMA_K) or an accumulator (X =
+// MMA_N) - as a fragment of one slab, (MMA, 1, X) over the same registers / descriptors: so that
+// the slabs of one GEMM can be issued, and waited for, as separate wgmma batches.
+template <class Tensor>
+__device__ __forceinline__ auto row_slab(Tensor&& t, int i) {
+  auto layout = t.layout();
+  static_assert(decltype(cute::rank(layout))::value == 3, "expected an (MMA, MMA_M, X) fragment");
+  return cute::make_tensor(t.data() + layout(0, i, 0),
+                           cute::make_layout(cute::get<0>(layout), cute::make_layout(cute::_1{}, cute::_0{}),
+                                             cute::get<2>(layout)));
+}
+
 // A wgmma accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) as (rows, columns) of this thread:
 // the middle value mode steps 8 rows, the outer two step 1 and 8 columns.
 template <class Layout>
