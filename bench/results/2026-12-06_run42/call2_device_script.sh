@@ -6,7 +6,7 @@
 # OUTDIR: summary.txt, bench.md, bench.json, logs.tgz.
 # Usage (device, carry [".cutlass"]): COMMIT=<sha> DEADLINE=<s> bash bench/results/2026-12-06_run42/call2_device_script.sh OUTDIR
 set -u
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd); o=/tmp/g42; mkdir -p $o
 deadline=${DEADLINE:-300}
 note() { echo "$1" | tee -a "$out/summary.txt"; }
