@@ -15,6 +15,15 @@ and the branch / sleep instructions of its retry, where a waiting warp's samples
 the barrier it waits on, named from the shared-memory offset in its address and the offsets that
 bench/smem_barriers.sh writes for each kernel configuration (KEY, e.g. 'bwd_kernel_sm90 d128 fp16').
 
+With --source LISTING --function NAME: each instruction's source lines, from `nvdisasm -gi` of
+the same build's cubin (the kernel's instructions must match the table's one for one: compile the
+instantiation with the build's flags, -lineinfo included, e.g. nvcc ... -lineinfo -cubin
+bwd_hdim256_bf16_sm90.cu, then .sass-tools/nvdisasm -gi -c FILE.cubin > LISTING); NAME picks the
+kernel among the listing's functions (a part of its mangled name, e.g. 'bwd_wide_kernel_sm90' and
+'Lb0E' for kDeterministic false: several parts separated by commas must all match). The --top
+listing then ends each line with the call chain, innermost first, and --by-line N totals the
+samples by the kernel's own source line (the outermost frame).
+
 Example (the sm90 backward's loop phases, indices read off the --top listing and the SASS):
   python3 bench/ncu_stalls.py OUT/bwd_kernel_sm90_s8192_d128_bf16_full.sass.csv --top 20 \\
       --regions 'S issue + dQ staging:1129-1280,softmax:1940-2040'
@@ -116,6 +125,38 @@ def barrier_waits(table, names):
     return sorted(totals.items(), key=lambda kv: -kv[1])
 
 
+LINE_INFO = re.compile(r'\s*//## File "([^"]+)", line (\d+)(?: inlined at "([^"]+)", line (\d+))?')
+INSTRUCTION = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s*([^;]*);")
+
+
+def source_lines(listing, function):
+    """[(opcode, [frames, innermost first])] per instruction of the one function in an nvdisasm -gi
+    listing whose section name contains every comma-separated part of `function`; an instruction
+    without line comments of its own keeps the frames before it."""
+    parts = function.split(",")
+    with open(listing) as f:
+        lines = f.read().split("\n")
+    starts = [i for i, l in enumerate(lines) if l.startswith(".text.") and all(p in l for p in parts)]
+    if len(starts) != 1:
+        sys.exit(f"--function '{function}': {len(starts)} functions of {listing} match (need one)")
+    out, frames, fresh = [], [], []
+    for l in lines[starts[0] + 1:]:
+        if l.startswith(".text.") or l.startswith("//----"):
+            break
+        m = LINE_INFO.match(l)
+        if m:
+            here = f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)}"
+            fresh.append(here if not m.group(3) else f"{here} < {m.group(3).rsplit('/', 1)[-1]}:{m.group(4)}")
+            continue
+        m = INSTRUCTION.match(l)
+        if m:
+            if fresh:
+                # nvdisasm gives the innermost frame first, then each caller's line.
+                frames, fresh = [fresh[0].split(" < ")[0]] + [f.split(" < ")[-1] for f in fresh], []
+            out.append((opcode(m.group(2)), frames))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -126,11 +167,24 @@ def main():
     ap.add_argument("--versus", help="with --opcodes: a second .sass.csv to compare against")
     ap.add_argument("--barriers", help="bench/smem_barriers.sh's JSON: total the mbarrier waits by barrier")
     ap.add_argument("--kernel", help="with --barriers: the kernel configuration's key in that JSON")
+    ap.add_argument("--source", help="nvdisasm -gi listing of the same build's cubin: source lines per instruction")
+    ap.add_argument("--function", help="with --source: parts of the kernel's mangled name, comma-separated")
+    ap.add_argument("--by-line", type=int, default=0, help="with --source: total the samples of this many "
+                                                             "kernel source lines")
     args = ap.parse_args()
     if args.barriers and not args.kernel:
         ap.error("--barriers needs --kernel")
+    if args.source and not args.function:
+        ap.error("--source needs --function")
 
     table = read_table(args.table)
+    where = None
+    if args.source:
+        where = source_lines(args.source, args.function)
+        mismatch = [i for i, (op, _) in enumerate(where[:len(table)]) if op != opcode(table[i][0])]
+        if len(where) != len(table) or mismatch:
+            sys.exit(f"--source: {len(where)} instructions against the table's {len(table)}, first opcode "
+                     f"mismatch at {mismatch[0] if mismatch else '-'}: not the profiled build")
     total = sum(t[1] for t in table) or 1
     print(f"# {total} stall samples; index, share, leading reasons (share of the instruction's samples), instruction")
     ranked = sorted(range(len(table)), key=lambda i: -table[i][1])[:args.top]
@@ -140,7 +194,19 @@ def main():
         by_reason = dict(by_reason, unattributed=max(0, s - sum(by_reason.values())))
         lead = sorted(by_reason.items(), key=lambda kv: -kv[1])[:2]
         why = ", ".join(f"{k} {100 * v / s:.0f}%" for k, v in lead if v and s)
-        print(f"{i:6d} {100 * s / total:5.1f}%  {why:34s} {src}")
+        frames = list(dict.fromkeys(where[i][1])) if where else []
+        if len(frames) > 4:  # the innermost frame and the kernel's last two; CuTe's layers between
+            frames = frames[:1] + ["..."] + frames[-2:]
+        chain = "  <- " + " < ".join(frames) if frames else ""
+        print(f"{i:6d} {100 * s / total:5.1f}%  {why:34s} {src}{chain}")
+    if where and args.by_line:
+        by_line = {}
+        for (_, frames), t in zip(where, table):
+            key = frames[-1] if frames else "?"
+            by_line[key] = by_line.get(key, 0) + t[1]
+        print("# kernel source line (outermost frame), share of all samples")
+        for key, s in sorted(by_line.items(), key=lambda kv: -kv[1])[:args.by_line]:
+            print(f"{key:40s} {100 * s / total:5.1f}%")
     if args.regions:
         print("# region, instruction indices, share of all samples")
         for name, lo, hi in parse_regions(args.regions):

@@ -1,5 +1,6 @@
 """The GPU-run tools' pure-Python parts, on CPU: bench/ncu_summary.py's parse of ncu's raw page
-and table, bench/ncu_stalls.py's read of the per-instruction table and its mbarrier waits, bench/plot_bench.py's
+and table, bench/ncu_stalls.py's read of the per-instruction table, its mbarrier waits and its
+source lines from an nvdisasm listing, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
 per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
 bench/ab_builds.py's per-side environment and its comparison of the two builds' outputs, the
@@ -8,6 +9,8 @@ group, and bench/sass_order.py's read of a cuobjdump listing."""
 import importlib.util
 import os
 import sys
+
+import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,6 +94,37 @@ def test_ncu_stalls_ranks_and_totals(tmp_path, capsys):
     assert lines[1].split()[:3] == ["0", "50.0%", "unattributed"]
     assert lines[2].split()[:4] == ["1", "30.0%", "barrier", "90%,"]
     assert len(lines) == 5 and lines[4].split() == ["sync", "1-2", "50.0%"]
+
+
+# An nvdisasm -gi listing of two functions; the second is SASS_CSV's kernel, its first
+# instruction inlined from a helper, the third without line comments of its own.
+LISTING = """.text._Z5otherv:
+	//## File "/x/other.cu", line 3
+        /*0000*/                   EXIT ;
+.text._Z15bwd_kernel_sm90ILb0EEvv:
+	//## File "/x/wgmma.h", line 20 inlined at "/x/kernel.h", line 251
+	//## File "/x/kernel.h", line 251
+        /*0000*/                   HGMMA.64x64x16.F32.BF16 R184, gdesc[UR16], RZ, !UPT ;
+	//## File "/x/kernel.h", line 260
+        /*0010*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0020*/                   FENCE.VIEW.ASYNC.S ;
+"""
+
+
+def test_ncu_stalls_source_lines(tmp_path, capsys):
+    """--source / --function: each instruction's call chain from the listing's line comments, and
+    the samples totalled by the kernel's own line; a listing of another build is refused."""
+    ncu_stalls = load("ncu_stalls")
+    (tmp_path / "k.sass.csv").write_text(SASS_CSV)
+    (tmp_path / "k.dis").write_text(LISTING)
+    run_main(ncu_stalls, str(tmp_path / "k.sass.csv"), "--top", "3", "--source", str(tmp_path / "k.dis"),
+             "--function", "bwd_kernel_sm90,Lb0E", "--by-line", "2")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].endswith("<- wgmma.h:20 < kernel.h:251"), lines[1]
+    assert lines[2].endswith("<- kernel.h:260") and lines[3].endswith("<- kernel.h:260"), lines
+    assert sorted(l.split() for l in lines[5:7]) == [["kernel.h:251", "50.0%"], ["kernel.h:260", "50.0%"]], lines
+    with pytest.raises(SystemExit):
+        run_main(ncu_stalls, str(tmp_path / "k.sass.csv"), "--source", str(tmp_path / "k.dis"), "--function", "other")
 
 
 def test_ncu_stalls_totals_mbarrier_waits_by_name(tmp_path, capsys):
