@@ -27,50 +27,61 @@ struct AlignedBuffer {
   char* base() { return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(bytes.data()) + 1023) & ~uintptr_t{1023}); }
 };
 
+// For every consumer thread, buffer and value: the byte offset of CuTe's partition of the tile
+// (partition(tid, b): that thread's values in buffer b, over `base`) against ours(tid, i, b). Reports
+// the first five differences under `what` and returns their number.
+template <class Partition, class Ours>
+int offset_mismatches(const char* what, int threads, int buffers, const char* base, Partition partition, Ours ours) {
+  int mismatches = 0;
+  for (int tid = 0; tid < threads; ++tid) {
+    for (int b = 0; b < buffers; ++b) {
+      auto t = partition(tid, b);
+      for (int i = 0; i < size(t); ++i) {
+        const long cute_offset = reinterpret_cast<const char*>(&t(i)) - base;
+        const long mine = ours(tid, i, b);
+        if (cute_offset != mine && ++mismatches <= 5)
+          ADD_FAILURE() << what << ": thread " << tid << " value " << i << " buffer " << b << ": CuTe offset "
+                        << cute_offset << ", ours " << mine;
+      }
+    }
+  }
+  return mismatches;
+}
+
 template <int kHeadDim>
 void check_ds_offsets() {
   using Traits = BwdTraits<kHeadDim, cutlass::bfloat16_t>;
+  namespace sm90 = flashtrain::cuda::sm90;
   AlignedBuffer buffer;
   char* base = buffer.base();
   Tensor sdSt = make_tensor(make_smem_ptr(reinterpret_cast<cutlass::bfloat16_t*>(base)), typename Traits::SmemLayoutdSt{});
   typename Traits::TiledMmaSdP mma;
-  int mismatches = 0;
-  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
-    Tensor t = mma.get_thread_slice(tid).partition_C(sdSt);
-    const uint32_t thread_base = flashtrain::cuda::sm90::ds_thread_base<Traits>(tid);
-    for (int stage = 0; stage < Traits::kStagesdS; ++stage) {
-      for (int i = 0; i < size(t(_, _, _, stage)); ++i) {
-        const long cute_offset = reinterpret_cast<char*>(&t(_, _, _, stage)(i)) - base;
-        const long ours = flashtrain::cuda::sm90::ds_pair_offset<Traits>(thread_base, i / 2, stage) + 2 * (i % 2);
-        if (cute_offset != ours && ++mismatches <= 5)
-          ADD_FAILURE() << "dS^T, D " << kHeadDim << ": thread " << tid << " value " << i << " stage " << stage
-                        << ": CuTe offset " << cute_offset << ", ours " << ours;
-      }
-    }
-  }
-  EXPECT_EQ(mismatches, 0);
+  const std::string what = "dS^T, D " + std::to_string(kHeadDim);
+  EXPECT_EQ(offset_mismatches(
+                what.c_str(), Traits::kNumMmaThreads, Traits::kStagesdS, base,
+                [&](int tid, int b) { return mma.get_thread_slice(tid).partition_C(sdSt)(_, _, _, b); },
+                [](int tid, int i, int b) {
+                  return long{sm90::ds_pair_offset<Traits>(sm90::ds_thread_base<Traits>(tid), i / 2, b)} + 2 * (i % 2);
+                }),
+            0);
 }
 
 template <int kHeadDim>
 void check_dq_offsets() {
   using Traits = BwdTraits<kHeadDim, cutlass::bfloat16_t>;
+  namespace sm90 = flashtrain::cuda::sm90;
   AlignedBuffer buffer;
   char* base = buffer.base();
   Tensor sdQ = make_tensor(make_smem_ptr(reinterpret_cast<float*>(base)), typename Traits::SmemLayoutdQ{});
   typename Traits::TiledMmadQ mma;
-  int mismatches = 0;
-  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
-    Tensor t = mma.get_thread_slice(tid).partition_C(sdQ);
-    const uint32_t thread_base = flashtrain::cuda::sm90::dq_thread_base<Traits>(tid);
-    for (int i = 0; i < size(t); ++i) {
-      const long cute_offset = reinterpret_cast<char*>(&t(i)) - base;
-      const long ours = flashtrain::cuda::sm90::dq_pair_offset<Traits>(thread_base, i / 2) + 4 * (i % 2);
-      if (cute_offset != ours && ++mismatches <= 5)
-        ADD_FAILURE() << "dQ staging, D " << kHeadDim << ": thread " << tid << " value " << i << ": CuTe offset "
-                      << cute_offset << ", ours " << ours;
-    }
-  }
-  EXPECT_EQ(mismatches, 0);
+  const std::string what = "dQ staging, D " + std::to_string(kHeadDim);
+  EXPECT_EQ(offset_mismatches(
+                what.c_str(), Traits::kNumMmaThreads, 1, base,
+                [&](int tid, int) { return mma.get_thread_slice(tid).partition_C(sdQ); },
+                [](int tid, int i, int) {
+                  return long{sm90::dq_pair_offset<Traits>(sm90::dq_thread_base<Traits>(tid), i / 2)} + 4 * (i % 2);
+                }),
+            0);
 }
 
 // Split-D kernel: P^T / dS^T stores (pds_pair_offset) against the S^T MMA's partition of
@@ -83,20 +94,13 @@ void check_split_pds_offsets() {
   Tensor sPdS = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdS{});
   Tensor sdSt = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutdSt{});
   typename Traits::TiledMmaSdP mma;
-  int mismatches = 0;
-  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
-    Tensor t = mma.get_thread_slice(tid).partition_C(sPdS);
-    const uint32_t thread_base = flashtrain::cuda::sm90::pds_thread_base<Traits>(tid);
-    for (int b = 0; b < Traits::kStagesPdS; ++b) {
-      for (int i = 0; i < size(t(_, _, _, b)); ++i) {
-        const long cute_offset = reinterpret_cast<char*>(&t(_, _, _, b)(i)) - base;
-        const long ours = flashtrain::cuda::sm90::pds_pair_offset<Traits>(thread_base, i / 2, b) + 2 * (i % 2);
-        if (cute_offset != ours && ++mismatches <= 5)
-          ADD_FAILURE() << "split P^T / dS^T: thread " << tid << " value " << i << " buffer " << b
-                        << ": CuTe offset " << cute_offset << ", ours " << ours;
-      }
-    }
-  }
+  namespace sm90 = flashtrain::cuda::sm90;
+  int mismatches = offset_mismatches(
+      "split P^T / dS^T", Traits::kNumMmaThreads, Traits::kStagesPdS, base,
+      [&](int tid, int b) { return mma.get_thread_slice(tid).partition_C(sPdS)(_, _, _, b); },
+      [](int tid, int i, int b) {
+        return long{sm90::pds_pair_offset<Traits>(sm90::pds_thread_base<Traits>(tid), i / 2, b)} + 2 * (i % 2);
+      });
   for (int b = 0; b < Traits::kStagesPdS; ++b)
     for (int q = 0; q < Traits::kBlockM; ++q)
       for (int k = 0; k < Traits::kBlockN; ++k)
@@ -118,20 +122,13 @@ void check_wide_pds_offsets() {
   Tensor sPdS = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdS{});
   Tensor sPdSt = make_tensor(make_smem_ptr(reinterpret_cast<E*>(base)), typename Traits::SmemLayoutPdSt{});
   typename Traits::TiledMmaSdP mma;
-  int mismatches = 0;
-  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
-    Tensor t = mma.get_thread_slice(tid).partition_C(sPdSt);
-    const uint32_t thread_base = flashtrain::cuda::sm90::wide_pds_thread_base<Traits>(tid);
-    for (int b = 0; b < Traits::kStagesPdS; ++b) {
-      for (int i = 0; i < size(t(_, _, _, b)); ++i) {
-        const long cute_offset = reinterpret_cast<char*>(&t(_, _, _, b)(i)) - base;
-        const long ours = thread_base + flashtrain::cuda::sm90::wide_pds_value_offset<Traits>(i, b);
-        if (cute_offset != ours && ++mismatches <= 5)
-          ADD_FAILURE() << "wide P / dS: thread " << tid << " value " << i << " buffer " << b << ": CuTe offset "
-                        << cute_offset << ", ours " << ours;
-      }
-    }
-  }
+  namespace sm90 = flashtrain::cuda::sm90;
+  int mismatches = offset_mismatches(
+      "wide P / dS", Traits::kNumMmaThreads, Traits::kStagesPdS, base,
+      [&](int tid, int b) { return mma.get_thread_slice(tid).partition_C(sPdSt)(_, _, _, b); },
+      [](int tid, int i, int b) {
+        return long{sm90::wide_pds_thread_base<Traits>(tid)} + sm90::wide_pds_value_offset<Traits>(i, b);
+      });
   for (int b = 0; b < Traits::kStagesPdS; ++b)
     for (int q = 0; q < Traits::kBlockM; ++q)
       for (int k = 0; k < Traits::kBlockN; ++k)
