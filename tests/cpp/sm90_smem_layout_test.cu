@@ -1,17 +1,22 @@
 // The sm90 backward's hand-computed shared-memory store addresses (src/cuda/sm90/
 // bwd_smem_stores_sm90.h) against CuTe's layouts of the same tiles, for every thread of the block
 // and every value it stores, at every head dim the kernels have; the split-D kernel's transposed
-// view of its dS^T buffers; the wide-key-tile kernel's P / dS buffers and dK / dV staging. Host-only: it runs without a GPU.
+// view of its dS^T buffers; the wide-key-tile kernel's P / dS buffers, dK / dV staging and its dQ
+// reductions' lane pairs; the forward's P tile (src/cuda/sm90/fwd_p_store_sm90.h). Host-only: it
+// runs without a GPU.
 #include <cstdint>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "cuda/sm90/bwd_dq_atomics_sm90.h"
 #include "cuda/sm90/bwd_kernel_traits_sm90.h"
 #include "cuda/sm90/bwd_smem_stores_sm90.h"
 #include "cuda/sm90/bwd_split_traits_sm90.h"
 #include "cuda/sm90/bwd_wide_epilogue_sm90.h"
 #include "cuda/sm90/bwd_wide_traits_sm90.h"
+#include "cuda/sm90/fwd_kernel_traits_sm90.h"
+#include "cuda/sm90/fwd_p_store_sm90.h"
 
 namespace {
 
@@ -19,6 +24,7 @@ using namespace cute;
 using flashtrain::cuda::sm90::BwdSplitTraits;
 using flashtrain::cuda::sm90::BwdTraits;
 using flashtrain::cuda::sm90::BwdWideTraits;
+using flashtrain::cuda::sm90::FwdTraits;
 
 // Byte offsets come from pointer differences over a 1024-byte-aligned host buffer: CuTe's swizzle
 // acts on address bits, as it does on the device's shared-memory addresses.
@@ -171,6 +177,77 @@ void check_wide_dkv_staging() {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Wide-key-tile kernel's 16-byte dQ reductions (add_rows_reduce_quads): per accumulator row r and
+// column group c (4 values), the even lane adds its own pair (r, c), (r, c + 1) and its partner's
+// (lane ^ 1) pair of the same (r, c); the odd lane its partner's (r, c + 2), (r, c + 3) and its own;
+// each at the address add_rows_reduce_quads computes (row base + own column of (r, c), + 6 on odd
+// lanes). Checked against CuTe's coordinates of the dQ slice MMA: the 4 sources sit at that
+// column and the 3 after it in one row, both lanes of a pair hold the same rows, and the slice's
+// elements are each added exactly once.
+void check_wide_dq_quads() {
+  using Traits = BwdWideTraits<256, cutlass::bfloat16_t>;
+  constexpr int kM = Traits::kBlockM, kC = Traits::kDqSliceCols;
+  typename Traits::TiledMmadQ mma;
+  auto rowcol = [&](int tid) {
+    Tensor coord = mma.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kM>, Int<kC>>{}));
+    return make_tensor(coord.data(), flashtrain::cuda::sm90::accumulator_rowcol(coord.layout()));
+  };
+  int mismatches = 0;
+  std::vector<int> hits(kM * kC, 0);
+  for (int tid = 0; tid < Traits::kNumMmaThreads; ++tid) {
+    const bool odd = tid % 2 == 1;
+    auto mine = rowcol(tid);
+    auto partner = rowcol(tid ^ 1);
+    for (int r = 0; r < size<0>(mine); ++r) {
+      const int row = get<0>(mine(r, 0)), col0 = get<1>(mine(r, 0));
+      for (int c = 0; c < size<1>(mine); c += 4) {
+        const int target = col0 + (odd ? 6 : 0) + (get<1>(mine(r, c)) - col0);
+        const auto sources = odd ? std::vector<int>{get<1>(partner(r, c + 2)), get<1>(partner(r, c + 3)),
+                                                    get<1>(mine(r, c + 2)), get<1>(mine(r, c + 3))}
+                                 : std::vector<int>{get<1>(mine(r, c)), get<1>(mine(r, c + 1)), get<1>(partner(r, c)),
+                                                    get<1>(partner(r, c + 1))};
+        for (int j = 0; j < 4; ++j) {
+          const int src_row = j < 2 ? get<0>(odd ? partner(r, c + 2 + j) : mine(r, c + j))
+                                    : get<0>(odd ? mine(r, c + j) : partner(r, c + j - 2));
+          if ((sources[j] != target + j || src_row != row) && ++mismatches <= 5)
+            ADD_FAILURE() << "wide dQ quad: thread " << tid << " row index " << r << " column index " << c << " value "
+                          << j << ": source (" << src_row << ", " << sources[j] << "), target (" << row << ", "
+                          << target + j << ")";
+          if (row < kM && target + j >= 0 && target + j < kC) ++hits[row * kC + target + j];
+        }
+        if (target % 4 != 0 && ++mismatches <= 5)
+          ADD_FAILURE() << "wide dQ quad: thread " << tid << " target column " << target << " not 16-byte aligned";
+      }
+    }
+  }
+  for (std::size_t e = 0; e < hits.size(); ++e)
+    if (hits[e] != 1 && ++mismatches <= 10) ADD_FAILURE() << "dQ slice element " << e << " added " << hits[e] << " times";
+  EXPECT_EQ(mismatches, 0);
+}
+
+// The forward's P stores (fwd_p_thread_base + fwd_p_pair_offset) against the S MMA's partition of
+// SmemLayoutP, which is also what the P V GEMM reads as its A operand; every element stored once.
+template <class Traits>
+void check_fwd_p_offsets() {
+  static_assert(Traits::kPInSmem, "a forward with P in shared memory");
+  namespace sm90 = flashtrain::cuda::sm90;
+  AlignedBuffer buffer;
+  char* base = buffer.base();
+  Tensor sP = make_tensor(make_smem_ptr(reinterpret_cast<typename Traits::Element*>(base)), typename Traits::SmemLayoutP{});
+  typename Traits::TiledMmaQK mma;
+  std::vector<int> hits(size(sP), 0);
+  auto ours = [&](int tid, int i, int) {
+    const long offset = long{sm90::fwd_p_pair_offset<Traits>(sm90::fwd_p_thread_base<Traits>(tid), i / 2)} + 2 * (i % 2);
+    if (offset >= 0 && offset / 2 < static_cast<long>(hits.size())) ++hits[offset / 2];
+    return offset;
+  };
+  int mismatches = offset_mismatches("forward P", Traits::kNumMmaThreads, 1, base,
+                                     [&](int tid, int) { return mma.get_thread_slice(tid).partition_C(sP); }, ours);
+  for (size_t e = 0; e < hits.size(); ++e)
+    if (hits[e] != 1 && ++mismatches <= 10) ADD_FAILURE() << "forward P: element " << e << " stored " << hits[e] << " times";
+  EXPECT_EQ(mismatches, 0);
+}
+
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD64) { check_ds_offsets<64>(); }
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD128) { check_ds_offsets<128>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD64) { check_dq_offsets<64>(); }
@@ -178,5 +255,8 @@ TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD128) { check_dq_offsets<128>(); }
 TEST(Sm90SmemLayout, SplitPdSOffsetsAndDsViewMatchCuteD256) { check_split_pds_offsets(); }
 TEST(Sm90SmemLayout, WidePdSOffsetsAndViewMatchCuteD256) { check_wide_pds_offsets(); }
 TEST(Sm90SmemLayout, WideDkDvStagingMatchesCuteD256) { check_wide_dkv_staging(); }
+TEST(Sm90SmemLayout, WideDqQuadReductionsMatchCute) { check_wide_dq_quads(); }
+TEST(Sm90SmemLayout, ForwardPStoresMatchCuteD64Bf16) { check_fwd_p_offsets<FwdTraits<64, cutlass::bfloat16_t, 192>>(); }
+TEST(Sm90SmemLayout, ForwardPStoresMatchCuteD64Fp16) { check_fwd_p_offsets<FwdTraits<64, cutlass::half_t, 192>>(); }
 
 }  // namespace

@@ -63,10 +63,11 @@ void check_block_masks(uint32_t seed) {
 }
 
 TEST(Sm90BlockMask, TileRangesMatchMaskSpec) {
-  check_block_masks<128, 128>(1);  // D = 64, 128 under a mask
+  check_block_masks<128, 128>(1);  // D = 128 under a mask
   check_block_masks<128, 64>(2);   // D = 256
   check_block_masks<128, 176>(3);  // D = 128 without a mask
-  check_block_masks<128, 192>(4);  // D = 64 without a mask
+  check_block_masks<192, 192>(4);  // D = 64 without a mask (three consumer warpgroups)
+  check_block_masks<192, 128>(5);  // D = 64 under a mask
 }
 
 // The backward walks, for each KV tile, the Q tiles visible_query_tiles() returns; in
@@ -484,7 +485,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Sm90Case{"d64_one_ragged_192_tile", 1, 300, 100, 2, 2, 64, kFp16, false, kBR, -1, -1, "long"},
                       Sm90Case{"many_tiles_d64_gqa_192", 2, 700, 1500, 48, 8, 64, kBf16, false, kBR, -1, -1, "long"},
                       Sm90Case{"d64_long_keys", 1, 300, 2100, 2, 2, 64, kBf16, false, kBR, -1, -1},
-                      Sm90Case{"d64_long_keys_forced_128", 1, 200, 2200, 2, 1, 64, kFp16, false, kBR, -1, -1, "128"}),
+                      Sm90Case{"d64_long_keys_forced_128", 1, 200, 2200, 2, 1, 64, kFp16, false, kBR, -1, -1, "128"},
+                      // D = 64 runs 192-row query blocks (three consumer warpgroups; P through
+                      // shared memory with 192-key tiles): ragged last blocks, causal blocks
+                      // claimed dynamically, many tiles per persistent block
+                      Sm90Case{"many_tiles_d64_causal_192_rows", 2, 1000, 1000, 24, 8, 64, kBf16, true, kBR, -1, -1},
+                      Sm90Case{"many_tiles_d64_192_rows", 3, 450, 700, 40, 40, 64, kFp16, false, kBR, -1, -1, "128"},
+                      Sm90Case{"d64_192_rows_causal_tl", 1, 577, 385, 2, 2, 64, kBf16, true, kTL, -1, -1}),
     [](const ::testing::TestParamInfo<Sm90Case>& info) { return std::string(info.param.name); });
 
 TEST(Sm90ForwardKeyTile, BadOverrideRaisesNamingIt) {

@@ -1,6 +1,7 @@
-// The D = 256 split-D backward's dQ additions into dq_accum (bwd_split_kernel_sm90.h): one vector
-// reduction (red.global.add.v2.f32) per column pair of the thread's wgmma accumulator rows, each
-// row's address and bounds test computed once.
+// The D = 256 backward's dQ additions into dq_accum: the split-D kernel's (bwd_split_kernel_sm90.h)
+// one vector reduction (red.global.add.v2.f32) per column pair of the thread's wgmma accumulator
+// rows, each row's address and bounds test computed once; the wide kernel's
+// (bwd_wide_kernel_sm90.h) 16-byte reductions of two lanes' pairs (add_rows_reduce_quads).
 //
 // Why not sm80::add_dq_tile (its form until run 32): with the generic per-element form - the
 // address from the element's (row, column) times the row stride, then `if (row < rows)
@@ -49,6 +50,56 @@ __device__ __forceinline__ void add_rows_reduce_pairs(float* tile, int64_t row_s
         // The column's distance from the row's first is a constant of the layout.
         red_add_f32x2(row_ptr + (get<1>(coord_rc(r, c)) - col), v.x, v.y);
       }
+    }
+  }
+}
+
+// ptr[0 .. 3] += v: relaxed, device scope; ptr 16-byte aligned.
+__device__ __forceinline__ void red_add_f32x4(float* ptr, float4 v) {
+  asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n"
+               :
+               : "l"(ptr), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+
+// add_rows_reduce with half the reductions, each 16 bytes: in a wgmma accumulator row, a lane
+// holds a column pair in each 8-column group (columns 2 (lane % 4) + {0, 1} of it), and lanes l and
+// l ^ 1 hold the two pairs next to each other. Of each two groups g, g + 1, the even lane takes its
+// partner's pair of g (columns + 2, + 3 beside its own) and the odd lane its partner's pair of g + 1
+// (columns + 6, + 7 beside its own, 6 past its pair of g), one shuffle each way; each then adds 4
+// contiguous columns, so a warp's reduction covers 64 bytes of each of its 8 rows instead of 32.
+// Both lanes of a pair hold the same rows, so each row's bounds test stays one branch; the
+// shuffles run for every row, outside it. `lane` is the thread's lane in its warp. Requires 16-byte
+// aligned rows (dq_accum's rows: heads * D floats; the tile's column offset a multiple of 4).
+// The layout facts used are checked on the host (tests/cpp/sm90_smem_layout_test.cu,
+// WideDqQuadReductionsMatchCute).
+template <int kRows, int kCols, class ThrMma, class Acc>
+__device__ __forceinline__ void add_rows_reduce_quads(float* tile, int64_t row_stride, ThrMma const& thr,
+                                                      Acc const& acc, int rows, int lane) {
+  using namespace cute;
+  Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<kRows>, Int<kCols>>{}));
+  Tensor coord_rc = make_tensor(coord.data(), accumulator_rowcol(coord.layout()));
+  Tensor acc_rc = make_tensor(acc.data(), accumulator_rowcol(acc.layout()));
+  static_assert(decltype(size<1>(acc_rc))::value % 4 == 0, "accumulator rows come in pairs of column pairs");
+  const bool odd = (lane & 1) != 0;
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < size<0>(acc_rc); ++r) {
+    const int row = get<0>(coord_rc(r, 0));
+    const int col = get<1>(coord_rc(r, 0));
+    float* row_ptr = tile + row * row_stride + col + (odd ? 6 : 0);
+    float4 quads[decltype(size<1>(acc_rc))::value / 4];
+    CUTLASS_PRAGMA_UNROLL
+    for (int c = 0; c < size<1>(acc_rc); c += 4) {
+      const float send0 = odd ? acc_rc(r, c) : acc_rc(r, c + 2);
+      const float send1 = odd ? acc_rc(r, c + 1) : acc_rc(r, c + 3);
+      const float got0 = __shfl_xor_sync(0xffffffffu, send0, 1);
+      const float got1 = __shfl_xor_sync(0xffffffffu, send1, 1);
+      quads[c / 4] = odd ? make_float4(got0, got1, acc_rc(r, c + 2), acc_rc(r, c + 3))
+                         : make_float4(acc_rc(r, c), acc_rc(r, c + 1), got0, got1);
+    }
+    if (row < rows) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(acc_rc); c += 4) red_add_f32x4(row_ptr + (get<1>(coord_rc(r, c)) - col), quads[c / 4]);
     }
   }
 }

@@ -1,8 +1,8 @@
 // The sm90 backward's dK / dV epilogue: each consumer warpgroup rounds its 64 key rows of dK and
 // dV to 16 bits, stages them in its own rows of V's shared memory and writes them out as whole
 // 16-byte row chunks, instead of one 2-byte global store per element (what sm80::store_dkv does,
-// and still does here for a partial query-head group's fp32 atomics and for outputs whose rows
-// are not 16-byte aligned).
+// and still does here for a partial query-head group's fp32 atomics). The outputs' rows are 16-byte
+// aligned: the CUDA backend refuses others (src/cuda/backend.cu, alignment_reason).
 //
 // The staging uses V's own layout (128-byte swizzled, 8 rows x 64 elements per 1 KB atom, the
 // atoms of a 64-column slice stacked over the kBlockN rows): element (64 w + r, 8 c + x) of
@@ -83,15 +83,12 @@ __device__ __forceinline__ void store_dkv(const sm80::BwdParams& p, const sm80::
                                           Acc& acc_dk, Acc& acc_dv, int b, int hk, int n0, int rows,
                                           typename Traits::Element* v_smem, int mma_tid) {
   using Element = typename Traits::Element;
-  Element* dk = static_cast<Element*>(p.dk) + geo.k_offset(p.sdk, b, n0, hk);
-  Element* dv = static_cast<Element*>(p.dv) + geo.k_offset(p.sdv, b, n0, hk);
-  const auto aligned = [](const Element* ptr, int64_t stride) {
-    return (reinterpret_cast<uintptr_t>(ptr) | static_cast<uintptr_t>(stride * sizeof(Element))) % 16 == 0;
-  };
-  if (p.accumulate_dkv || !aligned(dk, p.sdk.seq) || !aligned(dv, p.sdv.seq)) {
+  if (p.accumulate_dkv) {
     sm80::store_dkv<Traits>(p, geo, thr, acc_dk, acc_dv, b, hk, n0, rows, 1.0f, &p.numerics->nonfinite);
     return;
   }
+  Element* dk = static_cast<Element*>(p.dk) + geo.k_offset(p.sdk, b, n0, hk);
+  Element* dv = static_cast<Element*>(p.dv) + geo.k_offset(p.sdv, b, n0, hk);
   CUTE_UNROLL
   for (int i = 0; i < cute::size(acc_dk); ++i) acc_dk(i) *= p.scale;
   CUTE_UNROLL

@@ -17,36 +17,19 @@
 
 namespace flashtrain::cuda::sm90 {
 
-// Keys [0, rows) of this thread's part of a (D x keys) accumulator tile, times `factor`, value by
-// value: added into the fp32 (keys x D) tile at accum (row stride accum_stride) by scalar atomics
-// when the block's query heads are a part of their group (head chunks), or rounded into the 16-bit
-// tile at out (row stride out_stride) where the output is not 16-byte aligned for the staged path.
-// A non-finite rounded value raises the guard's flag in *nonfinite.
-template <typename Element, int kDim, int kKeys, class ThrMma, class Acc>
-__device__ __forceinline__ void store_kv_tile_t(ThrMma const& thr, Acc const& acc, float factor, int rows,
-                                                bool atomic, Element* out, int64_t out_stride, float* accum,
-                                                int64_t accum_stride, uint32_t* nonfinite) {
+// Keys [0, rows) of this thread's part of a (D x keys) accumulator tile, times `factor`, added
+// value by value into the fp32 (keys x D) tile at accum (row stride accum_stride) by scalar
+// atomics: the epilogue of a block whose query heads are a part of their group (head chunks).
+template <int kDim, int kKeys, class ThrMma, class Acc>
+__device__ __forceinline__ void add_kv_tile_t(ThrMma const& thr, Acc const& acc, float factor, int rows, float* accum,
+                                              int64_t accum_stride) {
   using namespace cute;
   const Tensor coord = thr.partition_C(make_identity_tensor(Shape<Int<kDim>, Int<kKeys>>{}));
-  if (atomic) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc); ++i) {
-      const int d = get<0>(coord(i)), key = get<1>(coord(i));
-      if (key < rows) atomicAdd(accum + key * accum_stride + d, acc(i) * factor);
-    }
-    return;
-  }
-  bool bad = false;
   CUTE_UNROLL
   for (int i = 0; i < size(acc); ++i) {
     const int d = get<0>(coord(i)), key = get<1>(coord(i));
-    if (key < rows) {
-      const Element rounded = static_cast<Element>(acc(i) * factor);
-      out[key * out_stride + d] = rounded;
-      bad |= !isfinite(static_cast<float>(rounded));
-    }
+    if (key < rows) atomicAdd(accum + key * accum_stride + d, acc(i) * factor);
   }
-  raise_nonfinite_flag(nonfinite, bad);
 }
 
 // Staging offsets. Value i = e + 2 h + 4 c + 4 (N / 8) s of thread tid of the dK^T / dV^T
@@ -125,22 +108,17 @@ __device__ __forceinline__ void store_dkv_t(const sm80::BwdParams& p, const sm80
   using Element = typename Traits::Element;
   constexpr int kD = Traits::kHeadDim, kN = Traits::kBlockN;
   const int rows = geo.len_k - n0;
-  Element* dk = static_cast<Element*>(p.dk) + geo.k_offset(p.sdk, b, n0, hk);
-  Element* dv = static_cast<Element*>(p.dv) + geo.k_offset(p.sdv, b, n0, hk);
-  const auto aligned = [](const Element* ptr, int64_t stride) {
-    return (reinterpret_cast<uintptr_t>(ptr) | static_cast<uintptr_t>(stride * sizeof(Element))) % 16 == 0;
-  };
-  if (p.accumulate_dkv || !aligned(dk, p.sdk.seq) || !aligned(dv, p.sdv.seq)) {
+  if (p.accumulate_dkv) {
     const int64_t accum_row = static_cast<int64_t>(geo.row_k + n0) * p.heads_k + hk;
     const int64_t accum_stride = static_cast<int64_t>(p.heads_k) * kD;
-    float* dk_accum = p.accumulate_dkv ? p.dk_accum + accum_row * kD : nullptr;
-    float* dv_accum = p.accumulate_dkv ? p.dv_accum + accum_row * kD : nullptr;
-    store_kv_tile_t<Element, kD, kN>(thr, acc_dkt, p.scale, rows, p.accumulate_dkv, dk, p.sdk.seq, dk_accum,
-                                     accum_stride, &p.numerics->nonfinite);
-    store_kv_tile_t<Element, kD, kN>(thr, acc_dvt, p.dropout_rescale, rows, p.accumulate_dkv, dv, p.sdv.seq, dv_accum,
-                                     accum_stride, &p.numerics->nonfinite);
+    add_kv_tile_t<kD, kN>(thr, acc_dkt, p.scale, rows, p.dk_accum + accum_row * kD, accum_stride);
+    add_kv_tile_t<kD, kN>(thr, acc_dvt, p.dropout_rescale, rows, p.dv_accum + accum_row * kD, accum_stride);
     return;
   }
+  // 16-byte aligned rows: the CUDA backend refuses outputs whose pointer or strides are not
+  // multiples of 16 bytes (src/cuda/backend.cu, alignment_reason).
+  Element* dk = static_cast<Element*>(p.dk) + geo.k_offset(p.sdk, b, n0, hk);
+  Element* dv = static_cast<Element*>(p.dv) + geo.k_offset(p.sdv, b, n0, hk);
   using cutlass::arch::NamedBarrier;
   const uint32_t k_smem = cute::cast_smem_ptr_to_uint(s.k.data());
   const uint32_t v_smem = cute::cast_smem_ptr_to_uint(s.v.data());

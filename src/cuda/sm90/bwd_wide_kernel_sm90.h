@@ -12,7 +12,7 @@
 //   dS = P * (dP - D)              -> shared memory, then a barrier of both consumers
 //   dQ slice 0 = dS K[:, 0:128], dK^T's first slab, dQ slice 1 = dS K[:, 128:256], dK^T's second
 //   slab (wgmma; dK^T += Q^T dS issued as its two 64-row slabs of D): each dQ slice, once retired,
-//   times scale added into dq_accum by vector reductions (bwd_dq_atomics_sm90.h) while the slab
+//   times scale added into dq_accum by 16-byte reductions (bwd_dq_atomics_sm90.h) while the slab
 //   issued behind it runs (kDeterministic: in the step's turn of tile_range.h's schedule, taken
 //   by one thread before slice 0's and held through slice 1's). Once slice 0 has retired so has
 //   dV^T, and dO's buffer is released for the next step's load.
@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < size(acc); ++i) acc(i) *= p.scale;
     float* tile = p.dq_accum + (static_cast<int64_t>(geo.row_q + m0) * p.heads_q + head) * kHeadDim + slice * kSliceCols;
-    add_rows_reduce<kBlockM, kSliceCols>(tile, static_cast<int64_t>(p.heads_q) * kHeadDim, thr_dq, acc, geo.len_q - m0);
+    add_rows_reduce_quads<kBlockM, kSliceCols>(tile, static_cast<int64_t>(p.heads_q) * kHeadDim, thr_dq, acc,
+                                               geo.len_q - m0, mma_tid % 32);
   };
 
   if (num_steps > 0) ClusterBarrier::wait(&s.kv_full, 0);

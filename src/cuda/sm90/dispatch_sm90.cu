@@ -153,9 +153,9 @@ std::string size_reason(const Problem& p) {
                        kMaxSeqlen);
   if (p.max_seqlen_k == 0 && p.max_seqlen_q > 0)
     r += detail::concat(r.empty() ? "" : "\n", "sm90: seqlen_k = 0 not supported (TMA needs a non-empty K), the sm80 path runs it");
-  const int64_t work_tiles = (p.max_seqlen_q + kFwdBlockM - 1) / kFwdBlockM * p.heads_q * p.batch;
+  const int64_t work_tiles = (p.max_seqlen_q + kFwdMinBlockM - 1) / kFwdMinBlockM * p.heads_q * p.batch;
   if (work_tiles > kMaxWorkTiles)
-    r += detail::concat(r.empty() ? "" : "\n", "sm90: ", work_tiles, " work tiles (ceil(Sq / ", kFwdBlockM,
+    r += detail::concat(r.empty() ? "" : "\n", "sm90: ", work_tiles, " work tiles (ceil(Sq / ", kFwdMinBlockM,
                         ") * heads * batch) exceed ", kMaxWorkTiles);
   return r;
 }

@@ -10,8 +10,15 @@
 
 namespace flashtrain::cuda::sm90 {
 
-// Query rows of one work tile (two consumer warpgroups of 64 rows), for every head dim.
-constexpr int kFwdBlockM = 128;
+// Query rows of one work tile: 64 per consumer warpgroup. Two warpgroups (128 rows) take turns at
+// the tensor cores everywhere but D = 64, which runs three (192 rows): a D = 64 score costs the
+// tensor cores 256 FLOP, which they do at the rate MUFU does its exp2 (16 a clock per SM), so each
+// warpgroup's softmax needs two other warpgroups' GEMMs to hide behind (FlashAttention-3's D = 64
+// tiles). Three warpgroups leave 160 registers a thread: with 192-key tiles (S alone is 96) P goes
+// to the P V GEMM through shared memory (FwdTraits::kPInSmem).
+constexpr int fwd_block_m(int head_dim) { return head_dim == 64 ? 192 : 128; }
+// The smallest of them: what bounds the number of work tiles.
+constexpr int kFwdMinBlockM = 128;
 
 // Element strides of one BSHD tensor (the last dim is contiguous).
 struct FwdStrides {

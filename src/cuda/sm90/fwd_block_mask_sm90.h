@@ -1,4 +1,4 @@
-// Which K tiles a 128-row query block visits and which of them need per-element masking.
+// Which K tiles a query block visits and which of them need per-element masking.
 // Semantics come from MaskSpec (src/common/mask.h): row i sees columns [col_begin(i), col_end(i)),
 // and col_end is clipped to seqlen_k, so the ragged last K tile and causal / sliding-window
 // boundaries are all the same rule. Fully masked tiles are never loaded. Host-callable so the

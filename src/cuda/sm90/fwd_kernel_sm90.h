@@ -1,7 +1,8 @@
 // Kernel entry of the sm90a forward: a persistent grid (at most one block per SM) walking the
-// (128-row query block, head, batch) work tiles, three warpgroups per block. Warpgroup 0 is the producer (one elected thread issues every TMA load; the
-// warpgroup gives its registers away with setmaxnreg), warpgroups 1 and 2 are the consumers
-// (64 query rows each: GEMMs, softmax, epilogue).
+// (query block, head, batch) work tiles. Warpgroup 0 is the producer (one elected thread issues
+// every TMA load; the warpgroup gives its registers away with setmaxnreg), warpgroups 1 .. the
+// consumers (64 query rows each: GEMMs, softmax, epilogue; two, or three at D = 64,
+// fwd_block_m).
 //
 // The body exists only in the sm_90a compile pass; other targets in FLASHTRAIN_CUDA_ARCHS get an
 // empty kernel, and sm90::refusal() keeps the host from launching it on any other device.

@@ -15,8 +15,10 @@
 namespace flashtrain::cuda::sm90 {
 
 // kBlockN_: keys per K/V tile. The default suits every mask and length; D = 64 and 128 without a
-// mask also have long_key_tile(D) (FwdArgs::key_tile, fwd_args_sm90.h).
-template <int kHeadDim_, typename Element_, int kBlockN_ = (kHeadDim_ <= 128 ? 128 : 64)>
+// mask also have long_key_tile(D) (FwdArgs::key_tile, fwd_args_sm90.h). kBlockM_: query rows of a
+// work tile, 64 per consumer warpgroup (fwd_block_m).
+template <int kHeadDim_, typename Element_, int kBlockN_ = (kHeadDim_ <= 128 ? 128 : 64),
+          int kBlockM_ = fwd_block_m(kHeadDim_)>
 struct FwdTraits {
   using Element = Element_;
   using ElementAccum = float;
@@ -28,10 +30,11 @@ struct FwdTraits {
 
   // One 64-row wgmma slab per consumer warpgroup.
   static constexpr int kRowsPerWarpGroup = 64;
-  static constexpr int kBlockM = kFwdBlockM;
-  // Register budget of a consumer: O (kBlockM/2 x D fp32) plus the S tile in flight plus P.
-  // D = 256 keeps S at 64 columns so O (128 regs) + S (32) + next S (32) + P (16) fit in 240;
-  // D = 128 with 176 columns: O 64 + S 88 + P 44 (ptxas: 8 bytes spilled outside the main loop).
+  static constexpr int kBlockM = kBlockM_;
+  // Register budget of a consumer: O (64 x D fp32 over 128 threads) plus the S tile in flight
+  // plus P. D = 256 keeps S at 64 columns so O (128 regs) + S (32) + next S (32) + P (16) fit in
+  // 240; D = 128 with 176 columns: O 64 + S 88 + P 44 (ptxas: 8 bytes spilled outside the main
+  // loop); D = 64 with three consumers (160 registers): O 32 + S 64 + P 32.
   // A longer K tile spreads each tile's fixed costs (barrier waits, the ping-pong hand-over, the
   // rescale of O) over more keys.
   static constexpr int kBlockN = kBlockN_;
@@ -41,27 +44,37 @@ struct FwdTraits {
   static constexpr int kStages = 2;
 
   static constexpr int kNumMmaWarpGroups = kBlockM / kRowsPerWarpGroup;
-  static_assert(kNumMmaWarpGroups == 2, "the ping-pong schedule is written for two consumer warpgroups");
+  static_assert(kBlockM % kRowsPerWarpGroup == 0 && (kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3),
+                "the turn-taking schedule is written for two or three consumer warpgroups");
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
   static constexpr int kNumThreads = kNumMmaThreads + kThreadsPerWarpGroup;  // + 1 producer warpgroup
   // setmaxnreg budgets: the producer only issues TMA, the consumers hold the accumulators.
-  // 24 * 128 + 240 * 256 = 64512 <= the 65536 registers of an SM.
+  // 24 * 128 + 240 * 256 = 64512 (two consumers) and 24 * 128 + 160 * 384 = 64512 (three) <= the
+  // 65536 registers of an SM.
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kConsumerRegs = kNumMmaWarpGroups == 2 ? 240 : 160;
   static_assert(kProducerRegs * kThreadsPerWarpGroup + kConsumerRegs * kNumMmaThreads <= 65536,
                 "register budgets exceed the register file");
 
   using TileShapeQK = cute::Shape<cute::Int<kBlockM>, cute::Int<kBlockN>, cute::Int<kHeadDim>>;  // S = Q K^T
   using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;  // O = P V
   using AtomLayoutMNK = cute::Layout<cute::Shape<cute::Int<kNumMmaWarpGroups>, cute::_1, cute::_1>>;
-  // Q and K from shared memory; P from registers (the converted S accumulator), V from shared
-  // memory read transposed (MN-major), so P never round-trips through shared memory.
+  // Q and K from shared memory; V from shared memory read transposed (MN-major); P from registers
+  // (the converted S accumulator), except where S, P and O do not fit a consumer's registers
+  // together (three consumers, keys beyond 128: 96 + 48 + 32 of 160 at D = 64 with 192 keys):
+  // then each warpgroup stores its P rows to shared memory and the P V GEMM reads them there, so
+  // that the next S can be written while P V runs.
+  static constexpr bool kPInSmem = kNumMmaWarpGroups == 3 && kBlockN > 128;
   using TiledMmaQK = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapeQK>(), AtomLayoutMNK{}));
   using TiledMmaPV = decltype(cute::make_tiled_mma(
-      cute::GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapePV, cute::GMMA::Major::K,
-                                 cute::GMMA::Major::MN>(),
+      cute::conditional_t<
+          kPInSmem,
+          decltype(cute::GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapePV, cute::GMMA::Major::K,
+                                              cute::GMMA::Major::MN>()),
+          decltype(cute::GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapePV, cute::GMMA::Major::K,
+                                              cute::GMMA::Major::MN>())>{},
       AtomLayoutMNK{}));
 
   // 128-byte swizzle: every head dim here is a multiple of its 64-element row.
@@ -81,8 +94,16 @@ struct FwdTraits {
   // warpgroups finished their last S GEMM; the next Q then waits for the store. (1 KB: the
   // mbarriers and the buffers' alignment.)
   using SmemLayoutO = SmemLayoutQ;
+  // P (kPInSmem): queries x keys, K-major (keys contiguous), the A operand of P V.
+  // (A placeholder of 64 keys otherwise: a tile that is not a multiple of the swizzle row, such as
+  // 176 keys, has no such layout.)
+  using SmemLayoutP = decltype(cute::tile_to_shape(
+      SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kPInSmem ? kBlockN : 64>>{}));
+  static constexpr int kPElems = kPInSmem ? cute::cosize_v<SmemLayoutP> : 0;
   static constexpr bool kSeparateO =
-      sizeof(Element) * (2 * cute::cosize_v<SmemLayoutQ> + 2 * cute::cosize_v<SmemLayoutK>) + 1024 <= 227 * 1024;
+      sizeof(Element) * (2 * cute::cosize_v<SmemLayoutQ> + 2 * cute::cosize_v<SmemLayoutK> + kPElems) + 1024 <=
+      227 * 1024;
+  // stmatrix of 16-bit accumulator fragments: O in the epilogue, P (kPInSmem) in the mainloop.
   using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
@@ -110,6 +131,7 @@ struct FwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, kSmemAlign> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>, kSmemAlign> v;
     cute::array_aligned<Element, kSeparateO ? cute::cosize_v<SmemLayoutO> : 1, kSmemAlign> o;
+    cute::array_aligned<Element, kPInSmem ? kPElems : 1, kPInSmem ? kSmemAlign : 16> p;
     uint64_t q_full;             // TMA of Q landed
     uint64_t q_empty;            // Q's buffer may be overwritten by the next tile's Q
     uint64_t k_full[kStages];    // TMA of a K tile landed
@@ -137,9 +159,11 @@ namespace flashtrain::cuda::sm90 {
 
 // Named hardware barriers of the consumer warpgroups (ids after the ones CUTLASS reserves).
 enum class FwdBarrier : uint32_t {
-  kSchedulerWG0 = 0,  // warpgroup 0 may issue its next GEMMs
-  kSchedulerWG1 = 1,  // warpgroup 1 may issue its next GEMMs
-  kEpilogue = 2,      // both consumer warpgroups at the same point of the epilogue
+  kSchedulerWG0 = 0,  // warpgroup 0 may issue its next GEMMs (warpgroup w: kSchedulerWG0 + w)
+  kSchedulerWG1 = 1,
+  kSchedulerWG2 = 2,  // (three consumers only)
+  kEpilogue = 3,      // every consumer warpgroup at the same point of the epilogue
+  kPWrittenWG0 = 4,   // kPInSmem: warpgroup w's P rows stored (kPWrittenWG0 + w; 4 .. 6)
 };
 
 }  // namespace flashtrain::cuda::sm90

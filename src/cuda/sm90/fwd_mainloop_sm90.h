@@ -5,8 +5,9 @@
 // Consumer schedule, per warpgroup (64 query rows each):
 //  * intra-warpgroup overlap: S(j+1) = Q K(j+1)^T is issued together with O += P(j) V(j), and the
 //    softmax of S(j+1) runs while the P(j) V(j) GEMM is still in flight;
-//  * inter-warpgroup ping-pong: two named barriers hand the right to issue GEMMs back and forth,
-//    so one warpgroup's softmax (MUFU/FMA bound) overlaps the other's GEMMs (tensor-core bound).
+//  * inter-warpgroup turns: named barriers hand the right to issue GEMMs around the consumer
+//    warpgroups (two: ping-pong; three at D = 64), so a warpgroup's softmax (MUFU/FMA bound)
+//    overlaps the others' GEMMs (tensor-core bound).
 // K tiles are visited from the last one down, so the boundary tile that needs masking (causal
 // diagonal, ragged end of K) comes first and the interior tiles after it run unmasked.
 #pragma once
@@ -16,6 +17,7 @@
 #include "fwd_args_sm90.h"
 #include "fwd_kernel_traits_sm90.h"
 #include "fwd_mask_sm90.h"
+#include "fwd_p_store_sm90.h"
 #include "fwd_softmax_sm90.h"
 #include "fwd_tile_scheduler_sm90.h"
 #include "wgmma_utils_sm90.h"
@@ -149,8 +151,8 @@ struct FwdMainloop {
     }
   }
 
-  // Consumer: run by both consumer warpgroups (thread_idx in [0, kNumMmaThreads), warp_group 0
-  // or 1) for each work tile with mask.num_tiles() > 0; pipe_base and q_round as in load().
+  // Consumer: run by every consumer warpgroup (thread_idx in [0, kNumMmaThreads), warp_group in
+  // [0, kNumMmaWarpGroups)) for each work tile with mask.num_tiles() > 0; pipe_base and q_round as in load().
   // Accumulates the unnormalised output of this thread's rows in tOrO (zeroed here) and leaves
   // the row statistics in `softmax`.
   template <class FragO, class Softmax>
@@ -173,6 +175,8 @@ struct FwdMainloop {
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShapeQK{}));
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
+    // P: the A operand of P V, in registers (tOrP) or, kPInSmem, as this warpgroup's rows of the
+    // shared tile P, stored there by publish_p.
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     static_assert(decltype(size<2>(tOrP))::value == decltype(size<2>(tOrV))::value,
                   "P's k-blocks must match V's");
@@ -198,21 +202,44 @@ struct FwdMainloop {
       if (Traits::kSeparateO && it == num_tiles - 1) ClusterBarrier::arrive(&s.q_empty);
     };
     auto release_v = [&](int it) { ClusterBarrier::arrive(&s.v_empty[slot(it)]); };
-    // Ping-pong: a warpgroup waits on its own barrier before issuing, and after issuing lets the
-    // other one go. Warpgroup 1 opens the first round for warpgroup 0 and skips the hand-over
-    // after its last issue, so every barrier phase gets exactly 128 + 128 arrivals.
+    // S (this tile's probabilities) -> P. With P in shared memory (the previous P V, its reader,
+    // has completed) every thread of the warpgroup stores its part (fwd_p_store_sm90.h), and the
+    // stores are made visible to the async proxy before the warpgroup's GEMM may read them.
+    auto publish_p = [&]() {
+      if constexpr (Traits::kPInSmem) {
+        store_p<Traits>(cute::cast_smem_ptr_to_uint(s.p.data()), tSrS, thread_idx);
+        cutlass::arch::fence_view_async_shared();
+        NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(FwdBarrier::kPWrittenWG0) + warp_group);
+      } else {
+        convert_fragment(tSrS, tOrP);
+      }
+    };
+    auto issue_pv = [&](int it, auto wait_groups) {
+      constexpr int kWait = decltype(wait_groups)::value;
+      if constexpr (Traits::kPInSmem) {
+        Tensor sP = make_tensor(make_smem_ptr(s.p.data()), typename Traits::SmemLayoutP{});
+        wgmma_gemm<false, kWait>(mma_pv, thr_pv.partition_fragment_A(sP), tOrV(_, _, _, slot(it)), tOrO);
+      } else {
+        wgmma_gemm<false, kWait>(mma_pv, tOrP, tOrV(_, _, _, slot(it)), tOrO);
+      }
+    };
+    // Turns: a warpgroup waits on its own barrier before issuing, and after issuing lets the next
+    // one (in a ring) go. The last warpgroup opens the first round for warpgroup 0 and skips the
+    // hand-over after its last issue, so every barrier phase gets exactly 128 + 128 arrivals.
+    constexpr int kWarpGroups = Traits::kNumMmaWarpGroups;
+    constexpr int kTurnThreads = 2 * Traits::kThreadsPerWarpGroup;  // the waiter and the one passing
     const uint32_t own_barrier = static_cast<uint32_t>(FwdBarrier::kSchedulerWG0) + warp_group;
-    const uint32_t other_barrier = static_cast<uint32_t>(FwdBarrier::kSchedulerWG0) + (1 - warp_group);
-    auto wait_turn = [&] { NamedBarrier::sync(Traits::kNumMmaThreads, own_barrier); };
+    const uint32_t next_barrier = static_cast<uint32_t>(FwdBarrier::kSchedulerWG0) + (warp_group + 1) % kWarpGroups;
+    auto wait_turn = [&] { NamedBarrier::sync(kTurnThreads, own_barrier); };
     auto pass_turn = [&](bool last_issue) {
-      if (warp_group == 0 || !last_issue) NamedBarrier::arrive(Traits::kNumMmaThreads, other_barrier);
+      if (warp_group != kWarpGroups - 1 || !last_issue) NamedBarrier::arrive(kTurnThreads, next_barrier);
     };
     auto mask_tile = [&](int it) {
       const int n_block = mask.n_max - 1 - it;
       if (mask.needs_mask(n_block)) windows.apply(scores, coords, n_block * kBlockN);
     };
 
-    if (warp_group == 1) NamedBarrier::arrive(Traits::kNumMmaThreads, other_barrier);
+    if (warp_group == kWarpGroups - 1) NamedBarrier::arrive(kTurnThreads, next_barrier);
     ClusterBarrier::wait(&s.q_full, static_cast<uint32_t>(q_round & 1));
 
     float o_scale[kRows];
@@ -225,7 +252,7 @@ struct FwdMainloop {
     release_k(0);
     mask_tile(0);
     softmax.template update</*kFirst=*/true>(scores, o_scale);
-    convert_fragment(tSrS, tOrP);
+    publish_p();
 
     CUTLASS_PRAGMA_NO_UNROLL
     for (int it = 1; it < num_tiles; ++it) {
@@ -234,7 +261,7 @@ struct FwdMainloop {
       wgmma_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, slot(it)), tSrS);
       Softmax::scale_rows(o_rowcol, o_scale);  // O is idle: the previous P V has completed
       wait_v(it - 1);
-      wgmma_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, slot(it - 1)), tOrO);
+      issue_pv(it - 1, cute::Int<-1>{});
       pass_turn(it == num_tiles - 1);
       warpgroup_wait<1>();  // S(it) done, P(it - 1) V(it - 1) may still run
       warpgroup_fence_operand(tSrS);
@@ -244,11 +271,11 @@ struct FwdMainloop {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       release_v(it - 1);
-      convert_fragment(tSrS, tOrP);
+      publish_p();
     }
     Softmax::scale_rows(o_rowcol, o_scale);
     wait_v(num_tiles - 1);
-    wgmma_gemm<false, 0>(mma_pv, tOrP, tOrV(_, _, _, slot(num_tiles - 1)), tOrO);
+    issue_pv(num_tiles - 1, cute::Int<0>{});
     release_v(num_tiles - 1);
   }
 };

@@ -2,7 +2,7 @@
 // the blocks running at the same time share their K/V in L2.
 //
 // Without a causal-style mask the grid has at most one block per SM and each block walks the
-// work tiles (128-row query block, head, batch) round-robin, so the producer loads the next
+// work tiles (query block, head, batch) round-robin, so the producer loads the next
 // tile's Q and K while the consumers finish the current one's epilogue. Those tiles cost the same.
 //
 // With a causal-style upper bound (window_right >= 0 and no left bound) later query blocks see
