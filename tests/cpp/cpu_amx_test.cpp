@@ -28,25 +28,10 @@ using check::CaseSpec;
 using check::Layout;
 using cpu::AmxMode;
 
-// Sets FLASHTRAIN_CPU_AMX (unsets it for nullptr) for one scope and restores what was there.
-class ScopedAmxEnv {
+// FLASHTRAIN_CPU_AMX for one scope (nullptr: unset).
+class ScopedAmxEnv : public ScopedEnv {
  public:
-  explicit ScopedAmxEnv(const char* value) {
-    const char* old = std::getenv(kName);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value) setenv(kName, value, 1);
-    else unsetenv(kName);
-  }
-  ~ScopedAmxEnv() {
-    if (had_) setenv(kName, old_.c_str(), 1);
-    else unsetenv(kName);
-  }
-
- private:
-  static constexpr const char* kName = "FLASHTRAIN_CPU_AMX";
-  bool had_ = false;
-  std::string old_;
+  explicit ScopedAmxEnv(const char* value) : ScopedEnv("FLASHTRAIN_CPU_AMX", value) {}
 };
 
 // Random bf16-exact values in [-2, 2).

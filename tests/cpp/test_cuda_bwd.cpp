@@ -36,6 +36,14 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return m;
 }
 
+// dK and dV bit for bit, dQ (whose fp32 atomics have no order) to rounding: a change that only
+// reorders blocks or splits their loads.
+void expect_same_dkdv_close_dq(const check::Outputs& ref, const check::Outputs& out, const std::string& what) {
+  EXPECT_TRUE(bitwise_equal(ref.dk, out.dk)) << what << ": dk differs (max " << max_abs_diff(ref.dk, out.dk) << ")";
+  EXPECT_TRUE(bitwise_equal(ref.dv, out.dv)) << what << ": dv differs (max " << max_abs_diff(ref.dv, out.dv) << ")";
+  EXPECT_LE(max_abs_diff(ref.dq, out.dq), 1e-2 * max_abs(ref.dq)) << what << ": dq";
+}
+
 // dq, dk and dv of a repeated run bit for bit the first run's; `what` names the run in failures.
 void expect_same_gradients(const check::Outputs& first, const check::Outputs& again, const std::string& what) {
   EXPECT_TRUE(bitwise_equal(first.dq, again.dq)) << what << ": dq differs";
@@ -242,10 +250,9 @@ std::vector<check::CaseSpec> split_d_cases(DType dtype) {
 }
 
 // FLASHTRAIN_BWD_D256 for the scope of one test.
-class BwdD256Env {
+class BwdD256Env : public ScopedEnv {
  public:
-  explicit BwdD256Env(const char* value) { setenv("FLASHTRAIN_BWD_D256", value, 1); }
-  ~BwdD256Env() { unsetenv("FLASHTRAIN_BWD_D256"); }
+  explicit BwdD256Env(const char* value) : ScopedEnv("FLASHTRAIN_BWD_D256", value) {}
 };
 
 TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
@@ -256,10 +263,9 @@ TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
 }
 
 // FLASHTRAIN_BWD_CLUSTER for the scope of one run.
-class BwdClusterEnv {
+class BwdClusterEnv : public ScopedEnv {
  public:
-  explicit BwdClusterEnv(const char* value) { setenv("FLASHTRAIN_BWD_CLUSTER", value, 1); }
-  ~BwdClusterEnv() { unsetenv("FLASHTRAIN_BWD_CLUSTER"); }
+  explicit BwdClusterEnv(const char* value) : ScopedEnv("FLASHTRAIN_BWD_CLUSTER", value) {}
 };
 
 // D 256's cluster pairs (bwd_split_kernel_sm90.h) against single blocks (FLASHTRAIN_BWD_CLUSTER=
@@ -308,11 +314,35 @@ TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
         single = out;
         continue;
       }
-      EXPECT_TRUE(bitwise_equal(single.dk, out.dk)) << s.name << ", " << mode << ": dk differs (max "
-                                                   << max_abs_diff(single.dk, out.dk) << ")";
-      EXPECT_TRUE(bitwise_equal(single.dv, out.dv)) << s.name << ", " << mode << ": dv differs (max "
-                                                   << max_abs_diff(single.dv, out.dv) << ")";
-      EXPECT_LE(max_abs_diff(single.dq, out.dq), 1e-2 * max_abs(single.dq)) << s.name << ", " << mode << ": dq";
+      expect_same_dkdv_close_dq(single, out, s.name + ", " + mode);
+    }
+  }
+}
+
+// Under a causal-style mask the default backward launches its key tiles band by band, tile-major
+// within a band (bwd_block_coords; FLASHTRAIN_BWD_BAND sets the units a band, auto: what half of
+// L2 holds). The band only reorders the blocks: 1, 2 and 5 units a band over 6 (a partial last
+// band) give dK and dV bit for bit as auto (one query head per KV head: each block sums its own
+// steps in its walk's order) and dQ to rounding (its atomics have no order), every run within
+// DESIGN.md §4 of float64; each head dim built (D 256 on its default, the wide kernel).
+TEST_P(CudaBackward, Sm90BandOnlyReordersBlocks) {
+  const std::vector<int64_t> dims = cuda_head_dims_built_of({64, 128, 256});
+  if (dims.empty()) GTEST_SKIP() << "none of head dims 64, 128, 256 is built";
+  for (int64_t d : dims) {
+    check::CaseSpec s = dense_spec("causal 2 x 333 x 333, 3 heads, D " + std::to_string(d), 2, 333, 333, 3, 3, d, d,
+                                   GetParam());
+    s.options.causal = true;
+    check::Case c(s);
+    check::Outputs first;
+    for (const char* band : {"auto", "1", "2", "5"}) {
+      const ScopedEnv env("FLASHTRAIN_BWD_BAND", band);
+      expect_case_passes(s, Backend::kCUDA);
+      const check::Outputs out = c.run(Backend::kCUDA);
+      if (std::strcmp(band, "auto") == 0) {
+        first = out;
+        continue;
+      }
+      expect_same_dkdv_close_dq(first, out, s.name + ", band " + band);
     }
   }
 }

@@ -202,10 +202,7 @@ TEST_P(CudaNumerics, SafePassOnEveryBackwardPath) {
 // across them, and precision=high (full grids) is unaffected.
 TEST_P(CudaNumerics, SafePassWalksManyTilesPerBlock) {
   if (!cuda_head_dim_built(64)) GTEST_SKIP() << "head dim 64 not built";
-  struct CapBlocks {
-    CapBlocks() { setenv("FLASHTRAIN_SAFE_PASS_BLOCKS", "3", 1); }
-    ~CapBlocks() { unsetenv("FLASHTRAIN_SAFE_PASS_BLOCKS"); }
-  } cap;
+  const ScopedEnv cap("FLASHTRAIN_SAFE_PASS_BLOCKS", "3");
   check::CaseSpec det = overflow_spec("3-block safe pass, causal GQA deterministic 301 x 389", 2, 301, 389, 4, 2, 64,
                                       GetParam());
   det.options.causal = true;

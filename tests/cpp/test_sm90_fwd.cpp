@@ -412,13 +412,9 @@ struct Sm90Case {
 };
 
 // Sets FLASHTRAIN_FWD_KEY_TILE for one scope (nullptr: unset).
-class KeyTileEnv {
+class KeyTileEnv : public ScopedEnv {
  public:
-  explicit KeyTileEnv(const char* value) {
-    if (value) setenv("FLASHTRAIN_FWD_KEY_TILE", value, 1);
-    else unsetenv("FLASHTRAIN_FWD_KEY_TILE");
-  }
-  ~KeyTileEnv() { unsetenv("FLASHTRAIN_FWD_KEY_TILE"); }
+  explicit KeyTileEnv(const char* value) : ScopedEnv("FLASHTRAIN_FWD_KEY_TILE", value) {}
 };
 
 class Sm90Forward : public ::testing::TestWithParam<Sm90Case> {};
@@ -507,6 +503,25 @@ TEST(Sm90ForwardKeyTile, BadOverrideRaisesNamingIt) {
     FAIL() << "FLASHTRAIN_FWD_KEY_TILE=160 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("FLASHTRAIN_FWD_KEY_TILE='160'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sm90BackwardBand, BadOverrideRaisesNamingIt) {
+  if (!hopper_present()) GTEST_SKIP() << "no compute capability 9.0 device";
+  check::CaseSpec spec = dense_spec("bad_env", 1, 64, 64, 1, 1, 128, 128, kBf16);
+  spec.options.causal = true;
+  check::Case c(spec);
+  const check::Case::Views v = c.prepare(Backend::kCUDA);
+  const Problem p = make_backward_problem(v.q, v.k, v.v, v.out, v.lse, v.dout, v.dq, v.dk, v.dv, v.options);
+  for (const char* bad : {"0", "-2", "two", "3x"}) {
+    const ScopedEnv env("FLASHTRAIN_BWD_BAND", bad);
+    try {
+      cuda::sm90::run_bwd(p, nullptr, nullptr);  // refused before any launch or workspace use
+      ADD_FAILURE() << "FLASHTRAIN_BWD_BAND=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("FLASHTRAIN_BWD_BAND='") + bad + "'"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <initializer_list>
 #include <ostream>
 #include <string>
@@ -12,6 +13,30 @@
 #include "reference/check.h"
 
 namespace flashtrain::testing {
+
+// Sets environment variable `name` (unsets it for nullptr) for one scope and restores what was
+// there: the backends read their FLASHTRAIN_* knobs on every call, so a test can pick a path.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  bool had_ = false;
+  std::string old_;
+};
 
 // Backends under test: the CPU always, CUDA when built and a device is present.
 inline std::vector<Backend> backends_present() {

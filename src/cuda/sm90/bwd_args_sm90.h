@@ -22,6 +22,10 @@ struct BwdArgs {
   // (bwd_split_kernel_sm90.h) sharing the Q / dO loads, and also summing dQ within the pair before
   // its atomics; FLASHTRAIN_BWD_CLUSTER (dispatch_sm90.cu) picks one; dq unless set.
   BwdCluster cluster = BwdCluster::kLoadsAndDq;
+  // Units (KV heads of a batch entry, or chunks of their query heads) per band of the tile-major
+  // launch order under a causal-style mask (make_bwd_kernel_params, bwd_launch_template_sm90.h);
+  // 0: as many as half of L2 holds. FLASHTRAIN_BWD_BAND sets it.
+  int band_heads = 0;
 };
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in

@@ -244,6 +244,20 @@ BwdCluster bwd_cluster() {
   return BwdCluster::kLoads;
 }
 
+// BwdArgs::band_heads: FLASHTRAIN_BWD_BAND=N (a positive integer) launches the key tiles of N
+// units (a batch entry's KV head, or a chunk of its query heads) at a time tile-major under
+// causal-style masks, =auto (or unset) as many as half of L2 holds: a knob to measure the trade
+// between the grid's tail and L2 reuse. Read on every call.
+int bwd_band() {
+  const char* env = std::getenv("FLASHTRAIN_BWD_BAND");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  FT_CHECK(*end == '\0' && n > 0 && n <= (1 << 20), "FLASHTRAIN_BWD_BAND='", env,
+           "': expected auto or a positive number of heads");
+  return static_cast<int>(n);
+}
+
 // BwdArgs::wide_d256: D 256's backward with 80-key tiles (bwd_wide_kernel_sm90.h) or the split-D
 // kernel and its cluster pairs. FLASHTRAIN_BWD_D256=wide / =split picks one for both modes; unset,
 // the default mode takes the wide kernel (1.02-1.13x the split one's backward on an H100, run 42)
@@ -307,6 +321,7 @@ void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
   args.v = fwd_strides(p.sv, p.batch, p.max_seqlen_k, p.heads_k, p.dtype);
   args.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
   args.cluster = bwd_cluster();
+  args.band_heads = bwd_band();
   args.wide_d256 = bwd_wide_d256(p.deterministic);
   const bool ran = try_bwd_head_dim<64>(p, args, workspace, stream) ||
                    try_bwd_head_dim<128>(p, args, workspace, stream) ||
