@@ -31,8 +31,8 @@
 #             and on build B into OUTDIR/ncu/b when the deadline leaves time
 #   --deadline skip --grid / --ncu when they would end later than SECONDS after the start (the
 #             device call's limit, less the time to send the results back)
-# OUTDIR ends with at most 8 files (what a device call returns; a second --bench adds two): the logs in logs.tgz, the ncu
-# folder without its reports in ncu.tgz.
+# OUTDIR ends with at most 8 files (what a device call returns; a second --bench adds two, a third
+# and more pack the JSON tables into ab_json.tgz): the logs in logs.tgz, the ncu folder without its reports in ncu.tgz.
 # Environment: BUILD_JOBS (default: all cores), STEP_LIMIT (seconds the tests and racecheck may
 # each run, default 240: tests still running then are reported as a hang and nothing after them
 # runs), GTest as in gpu_check.sh (.gtest/ when carried).
@@ -86,7 +86,8 @@ summary=()
 note() { summary+=("$1"); echo "gpu_ab: $1"; }
 # The device returns at most 8 files from OUTDIR: the logs go into logs.tgz and the ncu folder (less
 # its .ncu-rep reports) into ncu.tgz, leaving summary.txt, ab.md / ab.json, bench.md / bench.json,
-# ncu.log and the two archives.
+# ncu.log and the two archives. Past 8 files (a third --bench on), the tables' JSON twins go into
+# ab_json.tgz.
 pack() {
   local logs=()
   for f in "$out"/build_*.log "$out"/tests_*.log "$out"/racecheck_*.log "$out"/ab*.log "$out"/bench.log; do
@@ -94,6 +95,11 @@ pack() {
   done
   (( ${#logs[@]} )) && tar czf "$out/logs.tgz" -C "$out" "${logs[@]}" && (cd "$out" && rm -f "${logs[@]}")
   [[ -d $out/ncu ]] && tar czf "$out/ncu.tgz" -C "$out" --exclude='*.ncu-rep' ncu && rm -rf "$out/ncu"
+  local files=("$out"/*) json=()
+  if (( ${#files[@]} > 8 )); then
+    for f in "$out"/ab*.json; do [[ -f $f ]] && json+=("$(basename "$f")"); done
+    (( ${#json[@]} )) && tar czf "$out/ab_json.tgz" -C "$out" "${json[@]}" && (cd "$out" && rm -f "${json[@]}")
+  fi
 }
 finish() { printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"; pack; exit "${1:-0}"; }
 
