@@ -51,8 +51,9 @@ struct FwdArgs {
 // 2k, where the ragged last tile and the output staged in Q's buffer cost more per key) and D = 64
 // 192-key ones (its tile's GEMMs take half D = 128's time, so the fixed costs per tile, barrier
 // waits, the ping-pong hand-over and the rescale of O, weigh twice as much; run 19: 5.7% faster
-// forward at Sk 8k, 1-2% at 4k, even at 2k). Below that, under a mask, or at D = 256 (whose O
-// leaves no registers for more keys), the 128-key default (64 at D = 256).
+// forward at Sk 8k, 1-2% at 4k, even at 2k, on two consumer warpgroups; on three, with P through
+// shared memory, 1.03-1.04x those at 8k / 16k, run 46). Below that, under a mask, or at D = 256
+// (whose O leaves no registers for more keys), the 128-key default (64 at D = 256).
 // FLASHTRAIN_FWD_KEY_TILE=128 or long overrides the choice where a long tile exists.
 constexpr int long_key_tile(int head_dim) { return head_dim == 64 ? 192 : head_dim == 128 ? 176 : 0; }
 constexpr int long_key_tile_min_seqlen_k(int head_dim) { return head_dim == 64 ? 2048 : 8192; }
