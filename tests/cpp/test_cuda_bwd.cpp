@@ -17,6 +17,11 @@
 
 #include "test_util.h"
 
+#ifdef FLASHTRAIN_WITH_CUDA
+#include "api/validate.h"
+#include "cuda/sm90/launch.h"
+#endif
+
 namespace flashtrain::testing {
 namespace {
 
@@ -346,6 +351,29 @@ TEST_P(CudaBackward, Sm90BandOnlyReordersBlocks) {
     }
   }
 }
+
+#ifdef FLASHTRAIN_WITH_CUDA
+// A FLASHTRAIN_BWD_BAND that is not auto or a positive number is refused, naming it, before the
+// sm90 backward launches anything.
+TEST(Sm90BackwardBand, BadOverrideRaisesNamingIt) {
+  if (!hopper_present()) GTEST_SKIP() << "no compute capability 9.0 device";
+  check::CaseSpec spec = dense_spec("bad_env", 1, 64, 64, 1, 1, 128, 128, DType::kBFloat16);
+  spec.options.causal = true;
+  check::Case c(spec);
+  const check::Case::Views v = c.prepare(Backend::kCUDA);
+  const Problem p = make_backward_problem(v.q, v.k, v.v, v.out, v.lse, v.dout, v.dq, v.dk, v.dv, v.options);
+  for (const char* bad : {"0", "-2", "two", "3x"}) {
+    const ScopedEnv env("FLASHTRAIN_BWD_BAND", bad);
+    try {
+      cuda::sm90::run_bwd(p, nullptr, nullptr);  // refused before any launch or workspace use
+      ADD_FAILURE() << "FLASHTRAIN_BWD_BAND=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("FLASHTRAIN_BWD_BAND='") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+#endif
 
 // Deterministic D 256 as cluster pairs summing dQ (FLASHTRAIN_BWD_CLUSTER=dq, the default), whose
 // pair takes each Q tile's dQ turn as one block of 128 keys, each block passing half of it on

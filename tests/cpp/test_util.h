@@ -12,6 +12,10 @@
 #include "flashtrain/attention.h"
 #include "reference/check.h"
 
+#ifdef FLASHTRAIN_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace flashtrain::testing {
 
 // Sets environment variable `name` (unsets it for nullptr) for one scope and restores what was
@@ -43,6 +47,21 @@ inline std::vector<Backend> backends_present() {
   std::vector<Backend> b = {Backend::kCPU};
   if (cuda_available()) b.push_back(Backend::kCUDA);
   return b;
+}
+
+// Whether the current CUDA device is compute capability 9.0, where the sm90 kernels run (tests that
+// call them directly skip elsewhere).
+inline bool hopper_present() {
+#ifdef FLASHTRAIN_WITH_CUDA
+  if (!cuda_available()) return false;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
 }
 
 // One backend with one input dtype. fp32 runs on the CPU only (DESIGN.md §2).

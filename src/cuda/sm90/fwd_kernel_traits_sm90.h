@@ -103,7 +103,8 @@ struct FwdTraits {
   static constexpr bool kSeparateO =
       sizeof(Element) * (2 * cute::cosize_v<SmemLayoutQ> + 2 * cute::cosize_v<SmemLayoutK> + kPElems) + 1024 <=
       227 * 1024;
-  // stmatrix of 16-bit accumulator fragments: O in the epilogue, P (kPInSmem) in the mainloop.
+  // stmatrix of O's 16-bit accumulator fragments in the epilogue (P, kPInSmem, is stored by
+  // fwd_p_store_sm90.h).
   using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
