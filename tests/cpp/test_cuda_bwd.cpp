@@ -19,6 +19,7 @@
 
 #ifdef FLASHTRAIN_WITH_CUDA
 #include "api/validate.h"
+#include "cuda/sm90/bwd_args_sm90.h"
 #include "cuda/sm90/launch.h"
 #endif
 
@@ -373,6 +374,27 @@ TEST(Sm90BackwardBand, BadOverrideRaisesNamingIt) {
     }
   }
 }
+
+// The band rule (bwd_band_units) on the benchmark grid's causal shapes on an H100 (50 MiB of L2,
+// B * S = 16k tokens, 2048 / D heads): D 128 keeps the L2 rule's bands; the wide D 256 kernel's
+// minimum of 4 units replaces the rule's 1-2 at S 4k-16k (run 47: 1.02-1.05x its backward); an
+// override is taken as given, and no band exceeds the units there are.
+TEST(Sm90BackwardBand, RulePicksTheMeasuredBands) {
+  using cuda::sm90::bwd_band_units;
+  const double l2 = 50.0 * 1024 * 1024;
+  const auto unit_bytes = [](int d, double s) { return d * (8.0 * s + 4.0 * s); };  // one query head a unit
+  EXPECT_EQ(bwd_band_units(0, l2, unit_bytes(128, 8192), 1, 32), 2);
+  EXPECT_EQ(bwd_band_units(0, l2, unit_bytes(128, 16384), 1, 16), 1);
+  EXPECT_EQ(bwd_band_units(0, l2, unit_bytes(128, 2048), 1, 128), 8);
+  for (const int s : {4096, 8192, 16384}) {
+    EXPECT_LT(bwd_band_units(0, l2, unit_bytes(256, s), 1, 16384 / s * 8), 4) << s;  // the L2 rule alone
+    EXPECT_EQ(bwd_band_units(0, l2, unit_bytes(256, s), 4, 16384 / s * 8), 4) << s;
+  }
+  EXPECT_EQ(bwd_band_units(0, l2, unit_bytes(256, 2048), 4, 64), 4);
+  EXPECT_EQ(bwd_band_units(0, l2, unit_bytes(256, 8192), 4, 3), 3);  // fewer units than the minimum
+  EXPECT_EQ(bwd_band_units(2, l2, unit_bytes(256, 8192), 4, 16), 2);  // FLASHTRAIN_BWD_BAND=2
+  EXPECT_EQ(bwd_band_units(100, l2, unit_bytes(64, 1024), 1, 16), 16);
+}
 #endif
 
 // Deterministic D 256 as cluster pairs summing dQ (FLASHTRAIN_BWD_CLUSTER=dq, the default), whose
@@ -417,8 +439,8 @@ TEST_P(CudaBackward, Sm90DeterministicClusterPairs) {
   }
 }
 
-// Runs each case with FLASHTRAIN_BWD_D256=wide (bwd_wide_kernel_sm90.h, the default mode's kernel;
-// deterministic cases take it only when asked): within DESIGN.md §4 of float64, and deterministic
+// Runs each case with FLASHTRAIN_BWD_D256=wide (bwd_wide_kernel_sm90.h, the kernel unless
+// FLASHTRAIN_BWD_D256=split): within DESIGN.md §4 of float64, and deterministic
 // cases bitwise repeatable.
 void expect_wide_cases_pass(const std::vector<check::CaseSpec>& cases) {
   BwdD256Env env("wide");

@@ -5,6 +5,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "../../api/problem.h"
 #include "fwd_args_sm90.h"
 
@@ -15,8 +18,8 @@ enum class BwdCluster { kOff, kLoads, kLoadsAndDq };
 struct BwdArgs {
   FwdStrides q, k, v, dout;  // TMA-legal strides of the tensors the main kernel loads
   // D = 256: the wide-key-tile kernel (bwd_wide_kernel_sm90.h: 80-key tiles, no cluster pair)
-  // instead of the split-D one; dispatch_sm90.cu's bwd_wide_d256(): the default mode's choice,
-  // FLASHTRAIN_BWD_D256 overrides.
+  // instead of the split-D one; dispatch_sm90.cu's bwd_wide_d256(): unless
+  // FLASHTRAIN_BWD_D256=split.
   bool wide_d256 = true;
   // D = 256 split-D, default mode: the main kernel may run as cluster pairs
   // (bwd_split_kernel_sm90.h) sharing the Q / dO loads, and also summing dQ within the pair before
@@ -24,9 +27,22 @@ struct BwdArgs {
   BwdCluster cluster = BwdCluster::kLoadsAndDq;
   // Units (KV heads of a batch entry, or chunks of their query heads) per band of the tile-major
   // launch order under a causal-style mask (make_bwd_kernel_params, bwd_launch_template_sm90.h);
-  // 0: as many as half of L2 holds. FLASHTRAIN_BWD_BAND sets it.
+  // 0: bwd_band_units' rule. FLASHTRAIN_BWD_BAND sets it.
   int band_heads = 0;
 };
+
+// Units a band of the causal backward's tile-major launch order (make_bwd_kernel_params): the
+// override `requested` (> 0, FLASHTRAIN_BWD_BAND) as asked; otherwise as many units of
+// `unit_bytes` as fill half of `l2_bytes`, but at least `min_units` (the kernel's
+// kMinBandUnits); never more than `units` or fewer than 1.
+inline int bwd_band_units(int requested, double l2_bytes, double unit_bytes, int min_units, int units) {
+  double band = requested;
+  if (requested <= 0) {
+    band = unit_bytes > 0 ? std::floor(0.5 * l2_bytes / unit_bytes) : units;
+    band = std::max<double>(band, min_units);
+  }
+  return static_cast<int>(std::min<double>(std::max(band, 1.0), units));
+}
 
 // Defined in bwd_launch_template_sm90.h, instantiated once per (Element, head dim) in
 // src/cuda/instantiations/bwd_hdim{D}_{fp16|bf16}_sm90.cu.

@@ -79,9 +79,10 @@ BwdKernelParams<Traits> make_bwd_kernel_params(const Problem& problem, const Bwd
   // -> 1.007 at S=1k). But every tile of a head reads the head's Q, dO and adds into its dQ
   // accumulator: over all heads at once that is more than L2 holds (ncu, bf16 D 64 S=1k causal:
   // 2.1 GB of DRAM traffic for 0.5 GB of data, L2 hit rate 51%). So the tile-major walk goes
-  // band by band, a band being as many heads as fill half of L2. The rotated dQ walk needs a
-  // head's key tiles resident together, so it keeps the head-adjacent order. args.band_heads > 0
-  // (FLASHTRAIN_BWD_BAND) sets the band instead.
+  // band by band, a band being as many heads as fill half of L2, and at least
+  // Traits::kMinBandUnits (bwd_band_units). The rotated dQ walk needs a head's key tiles resident
+  // together, so it keeps the head-adjacent order. args.band_heads > 0 (FLASHTRAIN_BWD_BAND) sets
+  // the band instead.
   const MaskSpec mask = problem.mask(problem.max_seqlen_q, problem.max_seqlen_k);
   kp.units = batch * static_cast<int>(hk * plan.head_chunks);
   kp.n_blocks = (plan.n_blocks + Traits::kClusterN - 1) / Traits::kClusterN * Traits::kClusterN;
@@ -92,8 +93,7 @@ BwdKernelParams<Traits> make_bwd_kernel_params(const Problem& problem, const Bwd
     FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "sm90 backward: L2 size");
     // Per unit: Q, dO (2 bytes each) and the fp32 dQ accumulator of its query heads, K and V.
     const double unit_bytes = static_cast<double>(kHeadDim) * (8.0 * sq * kp.p.heads_per_chunk + 4.0 * sk);
-    const double band = args.band_heads > 0 ? args.band_heads : std::floor(0.5 * l2_bytes / unit_bytes);
-    kp.band_heads = static_cast<int>(std::min<double>(std::max(band, 1.0), kp.units));
+    kp.band_heads = bwd_band_units(args.band_heads, l2_bytes, unit_bytes, Traits::kMinBandUnits, kp.units);
   }
   return kp;
 }

@@ -33,6 +33,9 @@ struct BwdTraitsBase {
   static constexpr int kStages = kStages_;  // Q / dO / row-statistics buffers
   static constexpr int kClusterN = kClusterN_;  // blocks (adjacent key tiles) sharing each Q / dO load
   static_assert(kClusterN == 1 || kClusterN == 2, "a block alone or a cluster pair");
+  // The fewest units (heads) a band of the causal launch order holds (bwd_band_units); the L2
+  // rule alone decides here.
+  static constexpr int kMinBandUnits = 1;
 
   static constexpr int kNumMmaWarpGroups = 2;
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;

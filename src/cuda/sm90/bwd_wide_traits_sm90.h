@@ -40,6 +40,12 @@ struct BwdWideTraits : BwdTraitsBase<kHeadDim_, Element_, 64, 80, 2> {
   static_assert(kHeadDim == 256, "sm90 wide-key-tile backward: head dim 256");
   static constexpr bool kSplitD = true;    // dq_accum by atomics: no TMA reduction descriptor
   static constexpr bool kWideKeys = true;  // the launch plans 80-key tiles
+  // Bands of at least 4 heads under causal masks: the L2 rule gives 1-2 at S 4k-16k, whose
+  // head-after-head order leaves the last heads' longest 80-key tiles to the grid's tail (103
+  // tiles a head at 8k on 132 SMs; bench/results/2026-12-07_run47/band_model.py: 1.048 / 1.055 /
+  // 1.020 of the no-tail bound at 4k / 8k / 16k, bands of 4: 1.012 / 1.008 / 1.004). Measured on
+  // an H100, bf16, against the L2 rule: backward 1.024 / 1.047 / 1.023x (run 47 call 1).
+  static constexpr int kMinBandUnits = 4;
   static constexpr bool kScaledDs = false;  // bwd_fetch_stats: no fp16 dS scales (dQ from the 16-bit dS, as sm80)
   using ElementdQ = Element;
 

@@ -259,14 +259,12 @@ int bwd_band() {
 }
 
 // BwdArgs::wide_d256: D 256's backward with 80-key tiles (bwd_wide_kernel_sm90.h) or the split-D
-// kernel and its cluster pairs. FLASHTRAIN_BWD_D256=wide / =split picks one for both modes; unset,
-// the default mode takes the wide kernel (1.02-1.13x the split one's backward on an H100, run 42)
-// and the deterministic one the split kernel (the wide kernel's wavefront turns lose up to 4% at
-// S 8k without a mask, run 42). Read on every call, like bwd_cluster.
-bool bwd_wide_d256(bool deterministic) {
+// kernel and its cluster pairs. The wide kernel unless FLASHTRAIN_BWD_D256=split, in both modes
+// (default mode: 1.02-1.13x the split one's backward on an H100, run 42; deterministic: run 47).
+// Read on every call, like bwd_cluster.
+bool bwd_wide_d256() {
   const char* env = std::getenv("FLASHTRAIN_BWD_D256");
-  if (env == nullptr || *env == '\0') return !deterministic;
-  if (std::strcmp(env, "wide") == 0) return true;
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "wide") == 0) return true;
   FT_CHECK(std::strcmp(env, "split") == 0, "FLASHTRAIN_BWD_D256='", env, "': expected wide or split");
   return false;
 }
@@ -322,7 +320,7 @@ void run_bwd(const Problem& p, void* workspace, cudaStream_t stream) {
   args.dout = fwd_strides(p.sdo, p.batch, p.max_seqlen_q, p.heads_q, p.dtype);
   args.cluster = bwd_cluster();
   args.band_heads = bwd_band();
-  args.wide_d256 = bwd_wide_d256(p.deterministic);
+  args.wide_d256 = bwd_wide_d256();
   const bool ran = try_bwd_head_dim<64>(p, args, workspace, stream) ||
                    try_bwd_head_dim<128>(p, args, workspace, stream) ||
                    try_bwd_head_dim<256>(p, args, workspace, stream);
