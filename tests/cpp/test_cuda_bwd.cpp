@@ -264,7 +264,7 @@ class BwdD256Env : public ScopedEnv {
 TEST_P(CudaBackward, Sm90SplitDMasksAndShapes) {
   const std::vector<check::CaseSpec> cases = split_d_cases(GetParam());
   FLASHTRAIN_SKIP_IF_HEAD_DIM_NOT_BUILT(cases.front(), Backend::kCUDA);
-  BwdD256Env split("split");  // D 256: the split-D kernel (the default mode's default is the wide one)
+  BwdD256Env split("split");  // D 256: the split-D kernel (the wide one is the default in both modes)
   for (const check::CaseSpec& s : cases) expect_case_passes(s, Backend::kCUDA);
 }
 
