@@ -2,9 +2,13 @@
 // bwd_smem_stores_sm90.h) against CuTe's layouts of the same tiles, for every thread of the block
 // and every value it stores, at every head dim the kernels have; the split-D kernel's transposed
 // view of its dS^T buffers; the wide-key-tile kernel's P / dS buffers, dK / dV staging and its dQ
-// reductions' lane pairs; the forward's P tile (src/cuda/sm90/fwd_p_store_sm90.h). Host-only: it
-// runs without a GPU.
+// reductions' lane pairs; the forward's P tile (src/cuda/sm90/fwd_p_store_sm90.h); and that each
+// of those hand-offset store loops is free of bank conflicts. Host-only: it runs without a GPU.
+#include <algorithm>
 #include <cstdint>
+#include <map>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -52,6 +56,38 @@ int offset_mismatches(const char* what, int threads, int buffers, const char* ba
     }
   }
   return mismatches;
+}
+
+// Wavefronts one warp's shared-memory store takes when lane l writes `bytes` at byte offset
+// offsets[l] (from a 1024-byte-aligned base): the most distinct 4-byte words any of the 32 banks
+// receives, a 128-byte wavefront serving one word a bank.
+int store_wavefronts(const std::vector<long>& offsets, int bytes) {
+  std::map<long, std::set<long>> words_by_bank;
+  for (const long offset : offsets)
+    for (int b = 0; b < bytes; b += 4) words_by_bank[((offset + b) / 4) % 32].insert((offset + b) / 4);
+  int most = 0;
+  for (const auto& [bank, words] : words_by_bank) most = std::max(most, static_cast<int>(words.size()));
+  return most;
+}
+
+// Every warp's store instructions of a hand-offset store loop (store s of thread tid at
+// ours(tid, s), `bytes` each): each must take the fewest wavefronts its 32 lanes' bytes allow
+// (1 up to 128 bytes, 2 for 64-bit stores), i.e. no bank conflict. Reports the first five.
+template <class Ours>
+int conflicted_stores(const std::string& what, int threads, int stores, int bytes, Ours ours) {
+  const int fewest = std::max(1, 32 * bytes / 128);
+  int conflicted = 0;
+  for (int warp = 0; warp < threads / 32; ++warp) {
+    for (int st = 0; st < stores; ++st) {
+      std::vector<long> offsets;
+      for (int lane = 0; lane < 32; ++lane) offsets.push_back(ours(32 * warp + lane, st));
+      const int wavefronts = store_wavefronts(offsets, bytes);
+      if (wavefronts != fewest && ++conflicted <= 5)
+        ADD_FAILURE() << what << ": warp " << warp << " store " << st << " takes " << wavefronts
+                      << " wavefronts, " << fewest << " possible";
+    }
+  }
+  return conflicted;
 }
 
 template <int kHeadDim>
@@ -246,6 +282,37 @@ void check_fwd_p_offsets() {
   for (size_t e = 0; e < hits.size(); ++e)
     if (hits[e] != 1 && ++mismatches <= 10) ADD_FAILURE() << "forward P: element " << e << " stored " << hits[e] << " times";
   EXPECT_EQ(mismatches, 0);
+}
+
+// The hand-offset stores (bwd_smem_stores_sm90.h, fwd_p_store_sm90.h) are free of bank conflicts:
+// dS^T, the split-D kernel's P^T / dS^T and the forward's P as 32-bit pairs (one wavefront a warp
+// store), the dQ staging as 64-bit pairs (two), the wide kernel's P / dS as 16-bit values (one).
+template <int kHeadDim>
+int conflicted_ds_dq_stores() {
+  using Traits = BwdTraits<kHeadDim, cutlass::bfloat16_t>;
+  namespace sm90 = flashtrain::cuda::sm90;
+  constexpr int kDsPairs = 64 * Traits::kBlockM / 128 / 2;  // a warpgroup's 64 keys x kBlockM queries
+  constexpr int kDqPairs = Traits::kBlockM * (kHeadDim / 2) / 128 / 2;  // kBlockM rows x its D / 2 columns
+  const std::string d = ", D " + std::to_string(kHeadDim);
+  return conflicted_stores("dS^T" + d, Traits::kNumMmaThreads, kDsPairs, 4,
+                           [](int tid, int j) { return long{sm90::ds_pair_offset<Traits>(sm90::ds_thread_base<Traits>(tid), j, 0)}; }) +
+         conflicted_stores("dQ staging" + d, Traits::kNumMmaThreads, kDqPairs, 8,
+                           [](int tid, int j) { return long{sm90::dq_pair_offset<Traits>(sm90::dq_thread_base<Traits>(tid), j)}; });
+}
+
+TEST(Sm90SmemLayout, HandStoresAreConflictFree) {
+  namespace sm90 = flashtrain::cuda::sm90;
+  using Split = BwdSplitTraits<256, cutlass::bfloat16_t>;
+  using Wide = BwdWideTraits<256, cutlass::bfloat16_t>;
+  using Fwd = FwdTraits<64, cutlass::bfloat16_t, 192>;
+  int conflicted = conflicted_ds_dq_stores<64>() + conflicted_ds_dq_stores<128>();
+  conflicted += conflicted_stores("split P^T / dS^T", Split::kNumMmaThreads, Split::kBlockN * Split::kQueriesPerWarpGroup / 128 / 2, 4,
+                                  [](int tid, int j) { return long{sm90::pds_pair_offset<Split>(sm90::pds_thread_base<Split>(tid), j, 0)}; });
+  conflicted += conflicted_stores("wide P / dS", Wide::kNumMmaThreads, Wide::kBlockM * Wide::kKeysPerWarpGroup / 128, 2,
+                                  [](int tid, int i) { return long{sm90::wide_pds_thread_base<Wide>(tid) + sm90::wide_pds_value_offset<Wide>(i, 0)}; });
+  conflicted += conflicted_stores("forward P", Fwd::kNumMmaThreads, 64 * Fwd::kBlockN / 128 / 2, 4,
+                                  [](int tid, int j) { return long{sm90::fwd_p_pair_offset<Fwd>(sm90::fwd_p_thread_base<Fwd>(tid), j)}; });
+  EXPECT_EQ(conflicted, 0);
 }
 
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD64) { check_ds_offsets<64>(); }
