@@ -326,8 +326,8 @@ TEST_P(CudaBackward, Sm90ClusterPairMatchesSingleBlocks) {
 }
 
 // Under a causal-style mask the default backward launches its key tiles band by band, tile-major
-// within a band (bwd_block_coords; FLASHTRAIN_BWD_BAND sets the units a band, auto: what half of
-// L2 holds). The band only reorders the blocks: 1, 2 and 5 units a band over 6 (a partial last
+// within a band (bwd_block_coords; FLASHTRAIN_BWD_BAND sets the units a band, auto:
+// bwd_band_units' rule). The band only reorders the blocks: 1, 2 and 5 units a band over 6 (a partial last
 // band) give dK and dV bit for bit as auto (one query head per KV head: each block sums its own
 // steps in its walk's order) and dQ to rounding (its atomics have no order), every run within
 // DESIGN.md §4 of float64; each head dim built (D 256 on its default, the wide kernel).

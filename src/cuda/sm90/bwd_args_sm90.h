@@ -36,11 +36,7 @@ struct BwdArgs {
 // `unit_bytes` as fill half of `l2_bytes`, but at least `min_units` (the kernel's
 // kMinBandUnits); never more than `units` or fewer than 1.
 inline int bwd_band_units(int requested, double l2_bytes, double unit_bytes, int min_units, int units) {
-  double band = requested;
-  if (requested <= 0) {
-    band = unit_bytes > 0 ? std::floor(0.5 * l2_bytes / unit_bytes) : units;
-    band = std::max<double>(band, min_units);
-  }
+  const double band = requested > 0 ? requested : std::max<double>(std::floor(0.5 * l2_bytes / unit_bytes), min_units);
   return static_cast<int>(std::min<double>(std::max(band, 1.0), units));
 }
 

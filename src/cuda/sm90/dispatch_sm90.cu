@@ -246,8 +246,9 @@ BwdCluster bwd_cluster() {
 
 // BwdArgs::band_heads: FLASHTRAIN_BWD_BAND=N (a positive integer) launches the key tiles of N
 // units (a batch entry's KV head, or a chunk of its query heads) at a time tile-major under
-// causal-style masks, =auto (or unset) as many as half of L2 holds: a knob to measure the trade
-// between the grid's tail and L2 reuse. Read on every call.
+// causal-style masks, =auto (or unset) bwd_band_units' rule (half of L2, at least the kernel's
+// kMinBandUnits): a knob to measure the trade between the grid's tail and L2 reuse. Read on
+// every call.
 int bwd_band() {
   const char* env = std::getenv("FLASHTRAIN_BWD_BAND");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0) return 0;
