@@ -2,8 +2,8 @@
 // bwd_smem_stores_sm90.h) against CuTe's layouts of the same tiles, for every thread of the block
 // and every value it stores, at every head dim the kernels have; the split-D kernel's transposed
 // view of its dS^T buffers; the wide-key-tile kernel's P / dS buffers, dK / dV staging and its dQ
-// reductions' lane pairs; the forward's P tile (src/cuda/sm90/fwd_p_store_sm90.h); and that each
-// of those hand-offset store loops is free of bank conflicts. Host-only: it runs without a GPU.
+// reductions' lane pairs; and that each of those hand-offset store loops is free of bank
+// conflicts. Host-only: it runs without a GPU.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -19,8 +19,6 @@
 #include "cuda/sm90/bwd_split_traits_sm90.h"
 #include "cuda/sm90/bwd_wide_epilogue_sm90.h"
 #include "cuda/sm90/bwd_wide_traits_sm90.h"
-#include "cuda/sm90/fwd_kernel_traits_sm90.h"
-#include "cuda/sm90/fwd_p_store_sm90.h"
 
 namespace {
 
@@ -28,7 +26,6 @@ using namespace cute;
 using flashtrain::cuda::sm90::BwdSplitTraits;
 using flashtrain::cuda::sm90::BwdTraits;
 using flashtrain::cuda::sm90::BwdWideTraits;
-using flashtrain::cuda::sm90::FwdTraits;
 
 // Byte offsets come from pointer differences over a 1024-byte-aligned host buffer: CuTe's swizzle
 // acts on address bits, as it does on the device's shared-memory addresses.
@@ -261,32 +258,8 @@ void check_wide_dq_quads() {
   EXPECT_EQ(mismatches, 0);
 }
 
-// The forward's P stores (fwd_p_thread_base + fwd_p_pair_offset) against the S MMA's partition of
-// SmemLayoutP, which is also what the P V GEMM reads as its A operand; every element stored once.
-template <class Traits>
-void check_fwd_p_offsets() {
-  static_assert(Traits::kPInSmem, "a forward with P in shared memory");
-  namespace sm90 = flashtrain::cuda::sm90;
-  AlignedBuffer buffer;
-  char* base = buffer.base();
-  Tensor sP = make_tensor(make_smem_ptr(reinterpret_cast<typename Traits::Element*>(base)), typename Traits::SmemLayoutP{});
-  typename Traits::TiledMmaQK mma;
-  std::vector<int> hits(size(sP), 0);
-  auto ours = [&](int tid, int i, int) {
-    const long offset = long{sm90::fwd_p_pair_offset<Traits>(sm90::fwd_p_thread_base<Traits>(tid), i / 2)} + 2 * (i % 2);
-    if (offset >= 0 && offset / 2 < static_cast<long>(hits.size())) ++hits[offset / 2];
-    return offset;
-  };
-  int mismatches = offset_mismatches("forward P", Traits::kNumMmaThreads, 1, base,
-                                     [&](int tid, int) { return mma.get_thread_slice(tid).partition_C(sP); }, ours);
-  for (size_t e = 0; e < hits.size(); ++e)
-    if (hits[e] != 1 && ++mismatches <= 10) ADD_FAILURE() << "forward P: element " << e << " stored " << hits[e] << " times";
-  EXPECT_EQ(mismatches, 0);
-}
-
-// The hand-offset stores (bwd_smem_stores_sm90.h, fwd_p_store_sm90.h) are free of bank conflicts:
-// dS^T, the split-D kernel's P^T / dS^T and the forward's P as 32-bit pairs (one wavefront a warp
-// store), the dQ staging as 64-bit pairs (two), the wide kernel's P / dS as 16-bit values (one).
+// The hand-offset stores (bwd_smem_stores_sm90.h) are free of bank conflicts: dS^T and the
+// split-D kernel's P^T / dS^T as 32-bit pairs (one wavefront a warp store), the dQ staging as 64-bit pairs (two), the wide kernel's P / dS as 16-bit values (one).
 template <int kHeadDim>
 int conflicted_ds_dq_stores() {
   using Traits = BwdTraits<kHeadDim, cutlass::bfloat16_t>;
@@ -304,14 +277,11 @@ TEST(Sm90SmemLayout, HandStoresAreConflictFree) {
   namespace sm90 = flashtrain::cuda::sm90;
   using Split = BwdSplitTraits<256, cutlass::bfloat16_t>;
   using Wide = BwdWideTraits<256, cutlass::bfloat16_t>;
-  using Fwd = FwdTraits<64, cutlass::bfloat16_t, 192>;
   int conflicted = conflicted_ds_dq_stores<64>() + conflicted_ds_dq_stores<128>();
   conflicted += conflicted_stores("split P^T / dS^T", Split::kNumMmaThreads, Split::kBlockN * Split::kQueriesPerWarpGroup / 128 / 2, 4,
                                   [](int tid, int j) { return long{sm90::pds_pair_offset<Split>(sm90::pds_thread_base<Split>(tid), j, 0)}; });
   conflicted += conflicted_stores("wide P / dS", Wide::kNumMmaThreads, Wide::kBlockM * Wide::kKeysPerWarpGroup / 128, 2,
                                   [](int tid, int i) { return long{sm90::wide_pds_thread_base<Wide>(tid) + sm90::wide_pds_value_offset<Wide>(i, 0)}; });
-  conflicted += conflicted_stores("forward P", Fwd::kNumMmaThreads, 64 * Fwd::kBlockN / 128 / 2, 4,
-                                  [](int tid, int j) { return long{sm90::fwd_p_pair_offset<Fwd>(sm90::fwd_p_thread_base<Fwd>(tid), j)}; });
   EXPECT_EQ(conflicted, 0);
 }
 
@@ -323,7 +293,5 @@ TEST(Sm90SmemLayout, SplitPdSOffsetsAndDsViewMatchCuteD256) { check_split_pds_of
 TEST(Sm90SmemLayout, WidePdSOffsetsAndViewMatchCuteD256) { check_wide_pds_offsets(); }
 TEST(Sm90SmemLayout, WideDkDvStagingMatchesCuteD256) { check_wide_dkv_staging(); }
 TEST(Sm90SmemLayout, WideDqQuadReductionsMatchCute) { check_wide_dq_quads(); }
-TEST(Sm90SmemLayout, ForwardPStoresMatchCuteD64Bf16) { check_fwd_p_offsets<FwdTraits<64, cutlass::bfloat16_t, 192>>(); }
-TEST(Sm90SmemLayout, ForwardPStoresMatchCuteD64Fp16) { check_fwd_p_offsets<FwdTraits<64, cutlass::half_t, 192>>(); }
 
 }  // namespace

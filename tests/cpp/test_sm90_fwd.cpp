@@ -1,8 +1,8 @@
 // The sm90a (Hopper) forward kernel called directly through flashtrain::cuda::sm90, so it is
 // tested whatever backend.cu dispatches to: DESIGN.md §4's rule on out and lse for odd lengths,
 // both causal alignments, sliding windows, GQA, every head dim it instantiates and both key tiles
-// of D = 64 and 128 (FLASHTRAIN_FWD_KEY_TILE); and the refusal reasons for what it does not run. GPU cases skip unless a compute capability 9.0
-// device is present. bench/sm90_fwd_check.cu runs a wider list and times the kernel.
+// of D = 128 (FLASHTRAIN_FWD_KEY_TILE); and the refusal reasons for what it does not run. GPU
+// cases skip unless a compute capability 9.0 device is present. bench/sm90_fwd_check.cu runs a wider list and times the kernel.
 // The K-tile ranges the kernel visits (BlockMask) are checked on the CPU against MaskSpec.
 #include <gtest/gtest.h>
 
@@ -461,23 +461,21 @@ INSTANTIATE_TEST_SUITE_P(
                       // more work tiles than SMs: several tiles per persistent block
                       Sm90Case{"many_tiles_d128_empty_tiles", 3, 1031, 257, 16, 4, 128, kBf16, true, kBR, -1, -1},
                       Sm90Case{"many_tiles_d256", 2, 400, 400, 40, 20, 256, kFp16, false, kBR, -1, -1},
-                      // without a mask, D = 128 runs 176-key tiles from Sk 8192 and D = 64 192-key
-                      // ones from Sk 2048 (forced here for shorter Sk): one ragged tile, many work
-                      // tiles (D = 128: O staged in Q's buffer) over a K length no tile size
-                      // divides, and the choice by length
+                      // without a mask, D = 128 runs 176-key tiles from Sk 8192 (forced here for
+                      // shorter Sk): one ragged tile, many work tiles (O staged in Q's buffer) over
+                      // a K length no tile size divides, and the choice by length
                       Sm90Case{"d128_one_ragged_176_tile", 1, 300, 150, 2, 2, 128, kBf16, false, kBR, -1, -1, "long"},
                       Sm90Case{"many_tiles_d128_gqa_176", 2, 700, 1500, 48, 8, 128, kFp16, false, kBR, -1, -1, "long"},
                       Sm90Case{"d128_long_keys", 1, 300, 8300, 2, 2, 128, kBf16, false, kBR, -1, -1},
                       Sm90Case{"d128_long_keys_forced_128", 1, 200, 8200, 2, 1, 128, kFp16, false, kBR, -1, -1, "128"},
-                      Sm90Case{"d64_one_ragged_192_tile", 1, 300, 100, 2, 2, 64, kFp16, false, kBR, -1, -1, "long"},
-                      Sm90Case{"many_tiles_d64_gqa_192", 2, 700, 1500, 48, 8, 64, kBf16, false, kBR, -1, -1, "long"},
+                      // D = 64 has no long tile: "long" keeps its 128-key tiles
+                      Sm90Case{"d64_one_ragged_tile_long_ignored", 1, 300, 100, 2, 2, 64, kFp16, false, kBR, -1, -1, "long"},
+                      Sm90Case{"many_tiles_d64_gqa", 2, 700, 1500, 48, 8, 64, kBf16, false, kBR, -1, -1},
                       Sm90Case{"d64_long_keys", 1, 300, 2100, 2, 2, 64, kBf16, false, kBR, -1, -1},
-                      Sm90Case{"d64_long_keys_forced_128", 1, 200, 2200, 2, 1, 64, kFp16, false, kBR, -1, -1, "128"},
-                      // D = 64 runs 192-row query blocks (three consumer warpgroups; P through
-                      // shared memory with 192-key tiles): ragged last blocks, causal blocks
-                      // claimed dynamically, many tiles per persistent block
+                      // D = 64 runs 192-row query blocks (three consumer warpgroups): ragged last
+                      // blocks, causal blocks claimed dynamically, many tiles per persistent block
                       Sm90Case{"many_tiles_d64_causal_192_rows", 2, 1000, 1000, 24, 8, 64, kBf16, true, kBR, -1, -1},
-                      Sm90Case{"many_tiles_d64_192_rows", 3, 450, 700, 40, 40, 64, kFp16, false, kBR, -1, -1, "128"},
+                      Sm90Case{"many_tiles_d64_192_rows", 3, 450, 700, 40, 40, 64, kFp16, false, kBR, -1, -1},
                       Sm90Case{"d64_192_rows_causal_tl", 1, 577, 385, 2, 2, 64, kBf16, true, kTL, -1, -1}),
     [](const ::testing::TestParamInfo<Sm90Case>& info) { return std::string(info.param.name); });
 

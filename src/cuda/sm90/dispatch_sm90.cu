@@ -226,7 +226,7 @@ int key_tile(const Problem& p, const MaskSpec& mask) {
   // Read on every call (a few string compares next to a launch), so a test can set it per case.
   const char* env = std::getenv("FLASHTRAIN_FWD_KEY_TILE");
   if (env == nullptr || *env == '\0' || std::strcmp(env, "auto") == 0)
-    return p.max_seqlen_k >= long_key_tile_min_seqlen_k(static_cast<int>(p.dim_qk)) ? long_tile : 0;
+    return p.max_seqlen_k >= kLongKeyTileMinSeqlenK ? long_tile : 0;
   if (std::strcmp(env, "128") == 0) return 0;
   FT_CHECK(std::strcmp(env, "long") == 0, "FLASHTRAIN_FWD_KEY_TILE='", env, "': expected 128, long or auto");
   return long_tile;

@@ -14,8 +14,7 @@ namespace flashtrain::cuda::sm90 {
 // the tensor cores everywhere but D = 64, which runs three (192 rows): a D = 64 score costs the
 // tensor cores 256 FLOP, which they do at the rate MUFU does its exp2 (16 a clock per SM), so each
 // warpgroup's softmax needs two other warpgroups' GEMMs to hide behind (FlashAttention-3's D = 64
-// tiles). Three warpgroups leave 160 registers a thread: with 192-key tiles (S alone is 96) P goes
-// to the P V GEMM through shared memory (FwdTraits::kPInSmem).
+// tiles). Three warpgroups leave 160 registers a thread: O 32 + S 64 + P 32 with 128-key tiles.
 constexpr int fwd_block_m(int head_dim) { return head_dim == 64 ? 192 : 128; }
 // The smallest of them: what bounds the number of work tiles.
 constexpr int kFwdMinBlockM = 128;
@@ -46,17 +45,17 @@ struct FwdArgs {
   int key_tile = 0;
 };
 
-// Without a causal or window mask, once Sk reaches long_key_tile_min_seqlen_k(D), D = 128 takes
-// 176-key tiles (H200, bench/results/2026-12-03_run16: 3-4% faster forward at Sk 8k, 3-4% slower at
-// 2k, where the ragged last tile and the output staged in Q's buffer cost more per key) and D = 64
-// 192-key ones (its tile's GEMMs take half D = 128's time, so the fixed costs per tile, barrier
-// waits, the ping-pong hand-over and the rescale of O, weigh twice as much; run 19: 5.7% faster
-// forward at Sk 8k, 1-2% at 4k, even at 2k, on two consumer warpgroups; on three, with P through
-// shared memory, 1.03-1.04x those at 8k / 16k, run 46). Below that, under a mask, or at D = 256
-// (whose O leaves no registers for more keys), the 128-key default (64 at D = 256).
+// Without a causal or window mask, once Sk reaches kLongKeyTileMinSeqlenK, D = 128 takes 176-key
+// tiles (H200, bench/results/2026-12-03_run16: 3-4% faster forward at Sk 8k, 3-4% slower at 2k,
+// where the ragged last tile and the output staged in Q's buffer cost more per key). Below that,
+// under a mask, at D = 64 and at D = 256 (whose O leaves no registers for more keys), the 128-key
+// default (64 at D = 256). D = 64 ran 192-key tiles until run 48: on two consumer warpgroups they
+// were 5.7% faster at Sk 8k (run 19), but on three, where S, P and O no longer fit 160 registers
+// together and P went to the P V GEMM through shared memory, 128-key tiles were 1.08-1.13x faster
+// (H100, bench/results/2026-12-07_run48 call 1, Sk 2k-16k, bf16 and fp16).
 // FLASHTRAIN_FWD_KEY_TILE=128 or long overrides the choice where a long tile exists.
-constexpr int long_key_tile(int head_dim) { return head_dim == 64 ? 192 : head_dim == 128 ? 176 : 0; }
-constexpr int long_key_tile_min_seqlen_k(int head_dim) { return head_dim == 64 ? 2048 : 8192; }
+constexpr int long_key_tile(int head_dim) { return head_dim == 128 ? 176 : 0; }
+constexpr int kLongKeyTileMinSeqlenK = 8192;
 
 // Defined in fwd_launch_template_sm90.h, instantiated once per (Element, head dim) in
 // src/cuda/instantiations/fwd_hdim{D}_{fp16|bf16}_sm90.cu.

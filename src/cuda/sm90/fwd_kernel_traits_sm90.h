@@ -14,8 +14,8 @@
 
 namespace flashtrain::cuda::sm90 {
 
-// kBlockN_: keys per K/V tile. The default suits every mask and length; D = 64 and 128 without a
-// mask also have long_key_tile(D) (FwdArgs::key_tile, fwd_args_sm90.h). kBlockM_: query rows of a
+// kBlockN_: keys per K/V tile. The default suits every mask and length; D = 128 without a mask
+// also has long_key_tile(D) (FwdArgs::key_tile, fwd_args_sm90.h). kBlockM_: query rows of a
 // work tile, 64 per consumer warpgroup (fwd_block_m).
 template <int kHeadDim_, typename Element_, int kBlockN_ = (kHeadDim_ <= 128 ? 128 : 64),
           int kBlockM_ = fwd_block_m(kHeadDim_)>
@@ -39,6 +39,7 @@ struct FwdTraits {
   // rescale of O) over more keys.
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "K tile: a multiple of wgmma's k (16), at most its n (256)");
+  static_assert(kBlockM_ / 64 == 2 || kBlockN <= 128, "three consumers hold S, P and O in 160 registers: 128 keys");
   // Two K and two V buffers: one being read by the tensor cores while TMA fills the other.
   // D = 256: Q 64 KB + K 64 KB + V 64 KB = 192 KB of the 227 KB a block may use.
   static constexpr int kStages = 2;
@@ -61,20 +62,12 @@ struct FwdTraits {
   using TileShapePV = cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>, cute::Int<kBlockN>>;  // O = P V
   using AtomLayoutMNK = cute::Layout<cute::Shape<cute::Int<kNumMmaWarpGroups>, cute::_1, cute::_1>>;
   // Q and K from shared memory; V from shared memory read transposed (MN-major); P from registers
-  // (the converted S accumulator), except where S, P and O do not fit a consumer's registers
-  // together (three consumers, keys beyond 128: 96 + 48 + 32 of 160 at D = 64 with 192 keys):
-  // then each warpgroup stores its P rows to shared memory and the P V GEMM reads them there, so
-  // that the next S can be written while P V runs.
-  static constexpr bool kPInSmem = kNumMmaWarpGroups == 3 && kBlockN > 128;
+  // (the converted S accumulator).
   using TiledMmaQK = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapeQK>(), AtomLayoutMNK{}));
   using TiledMmaPV = decltype(cute::make_tiled_mma(
-      cute::conditional_t<
-          kPInSmem,
-          decltype(cute::GMMA::ss_op_selector<Element, Element, ElementAccum, TileShapePV, cute::GMMA::Major::K,
-                                              cute::GMMA::Major::MN>()),
-          decltype(cute::GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapePV, cute::GMMA::Major::K,
-                                              cute::GMMA::Major::MN>())>{},
+      cute::GMMA::rs_op_selector<Element, Element, ElementAccum, TileShapePV, cute::GMMA::Major::K,
+                                 cute::GMMA::Major::MN>(),
       AtomLayoutMNK{}));
 
   // 128-byte swizzle: every head dim here is a multiple of its 64-element row.
@@ -94,17 +87,9 @@ struct FwdTraits {
   // warpgroups finished their last S GEMM; the next Q then waits for the store. (1 KB: the
   // mbarriers and the buffers' alignment.)
   using SmemLayoutO = SmemLayoutQ;
-  // P (kPInSmem): queries x keys, K-major (keys contiguous), the A operand of P V.
-  // (A placeholder of 64 keys otherwise: a tile that is not a multiple of the swizzle row, such as
-  // 176 keys, has no such layout.)
-  using SmemLayoutP = decltype(cute::tile_to_shape(
-      SmemAtom{}, cute::Shape<cute::Int<kBlockM>, cute::Int<kPInSmem ? kBlockN : 64>>{}));
-  static constexpr int kPElems = kPInSmem ? cute::cosize_v<SmemLayoutP> : 0;
   static constexpr bool kSeparateO =
-      sizeof(Element) * (2 * cute::cosize_v<SmemLayoutQ> + 2 * cute::cosize_v<SmemLayoutK> + kPElems) + 1024 <=
-      227 * 1024;
-  // stmatrix of O's 16-bit accumulator fragments in the epilogue (P, kPInSmem, is stored by
-  // fwd_p_store_sm90.h).
+      sizeof(Element) * (2 * cute::cosize_v<SmemLayoutQ> + 2 * cute::cosize_v<SmemLayoutK>) + 1024 <= 227 * 1024;
+  // stmatrix of O's 16-bit accumulator fragments in the epilogue.
   using SmemCopyAtomO = cute::Copy_Atom<cute::SM90_U32x4_STSM_N, Element>;
 
   // Global tensors as (seq, dim, head, batch); dim is the contiguous one.
@@ -132,7 +117,6 @@ struct FwdTraits {
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, kSmemAlign> k;
     cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>, kSmemAlign> v;
     cute::array_aligned<Element, kSeparateO ? cute::cosize_v<SmemLayoutO> : 1, kSmemAlign> o;
-    cute::array_aligned<Element, kPInSmem ? kPElems : 1, kPInSmem ? kSmemAlign : 16> p;
     uint64_t q_full;             // TMA of Q landed
     uint64_t q_empty;            // Q's buffer may be overwritten by the next tile's Q
     uint64_t k_full[kStages];    // TMA of a K tile landed
@@ -164,7 +148,6 @@ enum class FwdBarrier : uint32_t {
   kSchedulerWG1 = 1,
   kSchedulerWG2 = 2,  // (three consumers only)
   kEpilogue = 3,      // every consumer warpgroup at the same point of the epilogue
-  kPWrittenWG0 = 4,   // kPInSmem: warpgroup w's P rows stored (kPWrittenWG0 + w; 4 .. 6)
 };
 
 }  // namespace flashtrain::cuda::sm90

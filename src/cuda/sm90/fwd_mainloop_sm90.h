@@ -17,7 +17,6 @@
 #include "fwd_args_sm90.h"
 #include "fwd_kernel_traits_sm90.h"
 #include "fwd_mask_sm90.h"
-#include "fwd_p_store_sm90.h"
 #include "fwd_softmax_sm90.h"
 #include "fwd_tile_scheduler_sm90.h"
 #include "wgmma_utils_sm90.h"
@@ -175,8 +174,6 @@ struct FwdMainloop {
     Tensor tOrV = thr_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShapeQK{}));
     Tensor scores = make_tensor(tSrS.data(), accumulator_rowcol(tSrS.layout()));
-    // P: the A operand of P V, in registers (tOrP) or, kPInSmem, as this warpgroup's rows of the
-    // shared tile P, stored there by publish_p.
     Tensor tOrP = make_tensor<Element>(accumulator_as_a_operand(tSrS.layout()));
     static_assert(decltype(size<2>(tOrP))::value == decltype(size<2>(tOrV))::value,
                   "P's k-blocks must match V's");
@@ -202,27 +199,6 @@ struct FwdMainloop {
       if (Traits::kSeparateO && it == num_tiles - 1) ClusterBarrier::arrive(&s.q_empty);
     };
     auto release_v = [&](int it) { ClusterBarrier::arrive(&s.v_empty[slot(it)]); };
-    // S (this tile's probabilities) -> P. With P in shared memory (the previous P V, its reader,
-    // has completed) every thread of the warpgroup stores its part (fwd_p_store_sm90.h), and the
-    // stores are made visible to the async proxy before the warpgroup's GEMM may read them.
-    auto publish_p = [&]() {
-      if constexpr (Traits::kPInSmem) {
-        store_p<Traits>(cute::cast_smem_ptr_to_uint(s.p.data()), tSrS, thread_idx);
-        cutlass::arch::fence_view_async_shared();
-        NamedBarrier::sync(Traits::kThreadsPerWarpGroup, static_cast<uint32_t>(FwdBarrier::kPWrittenWG0) + warp_group);
-      } else {
-        convert_fragment(tSrS, tOrP);
-      }
-    };
-    auto issue_pv = [&](int it, auto wait_groups) {
-      constexpr int kWait = decltype(wait_groups)::value;
-      if constexpr (Traits::kPInSmem) {
-        Tensor sP = make_tensor(make_smem_ptr(s.p.data()), typename Traits::SmemLayoutP{});
-        wgmma_gemm<false, kWait>(mma_pv, thr_pv.partition_fragment_A(sP), tOrV(_, _, _, slot(it)), tOrO);
-      } else {
-        wgmma_gemm<false, kWait>(mma_pv, tOrP, tOrV(_, _, _, slot(it)), tOrO);
-      }
-    };
     // Turns: a warpgroup waits on its own barrier before issuing, and after issuing lets the next
     // one (in a ring) go. The last warpgroup opens the first round for warpgroup 0 and skips the
     // hand-over after its last issue, so every barrier phase gets exactly 128 + 128 arrivals.
@@ -252,7 +228,7 @@ struct FwdMainloop {
     release_k(0);
     mask_tile(0);
     softmax.template update</*kFirst=*/true>(scores, o_scale);
-    publish_p();
+    convert_fragment(tSrS, tOrP);
 
     CUTLASS_PRAGMA_NO_UNROLL
     for (int it = 1; it < num_tiles; ++it) {
@@ -261,7 +237,7 @@ struct FwdMainloop {
       wgmma_gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, slot(it)), tSrS);
       Softmax::scale_rows(o_rowcol, o_scale);  // O is idle: the previous P V has completed
       wait_v(it - 1);
-      issue_pv(it - 1, cute::Int<-1>{});
+      wgmma_gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, slot(it - 1)), tOrO);
       pass_turn(it == num_tiles - 1);
       warpgroup_wait<1>();  // S(it) done, P(it - 1) V(it - 1) may still run
       warpgroup_fence_operand(tSrS);
@@ -271,11 +247,11 @@ struct FwdMainloop {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       release_v(it - 1);
-      publish_p();
+      convert_fragment(tSrS, tOrP);
     }
     Softmax::scale_rows(o_rowcol, o_scale);
     wait_v(num_tiles - 1);
-    issue_pv(num_tiles - 1, cute::Int<0>{});
+    wgmma_gemm<false, 0>(mma_pv, tOrP, tOrV(_, _, _, slot(num_tiles - 1)), tOrO);
     release_v(num_tiles - 1);
   }
 };
