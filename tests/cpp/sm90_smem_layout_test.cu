@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cuda/common/dq_column_order.h"
 #include "cuda/sm90/bwd_dq_atomics_sm90.h"
 #include "cuda/sm90/bwd_kernel_traits_sm90.h"
 #include "cuda/sm90/bwd_smem_stores_sm90.h"
@@ -56,15 +57,24 @@ int offset_mismatches(const char* what, int threads, int buffers, const char* ba
 }
 
 // Wavefronts one warp's shared-memory store takes when lane l writes `bytes` at byte offset
-// offsets[l] (from a 1024-byte-aligned base): the most distinct 4-byte words any of the 32 banks
-// receives, a 128-byte wavefront serving one word a bank.
+// offsets[l] (from a 1024-byte-aligned base). The warp goes through in phases of 128 bytes of
+// lanes (one phase up to 32-bit stores, half-warps for 64-bit ones, quarter-warps for 128-bit),
+// and each phase takes the most distinct 4-byte words any of the 32 banks receives from it, a
+// 128-byte wavefront serving one word a bank. (Counting the whole warp at once instead misses a
+// bank that one half-warp hits twice while the other leaves it idle: the D 64 / 128 dQ staging's
+// 64-bit stores took 4 wavefronts in run 48's ncu table, 2 by the whole-warp count.)
 int store_wavefronts(const std::vector<long>& offsets, int bytes) {
-  std::map<long, std::set<long>> words_by_bank;
-  for (const long offset : offsets)
-    for (int b = 0; b < bytes; b += 4) words_by_bank[((offset + b) / 4) % 32].insert((offset + b) / 4);
-  int most = 0;
-  for (const auto& [bank, words] : words_by_bank) most = std::max(most, static_cast<int>(words.size()));
-  return most;
+  const int lanes_per_phase = std::min(32, 128 / bytes);
+  int total = 0;
+  for (int first = 0; first < 32; first += lanes_per_phase) {
+    std::map<long, std::set<long>> words_by_bank;
+    for (int lane = first; lane < first + lanes_per_phase; ++lane)
+      for (int b = 0; b < bytes; b += 4) words_by_bank[((offsets[lane] + b) / 4) % 32].insert((offsets[lane] + b) / 4);
+    int most = 0;
+    for (const auto& [bank, words] : words_by_bank) most = std::max(most, static_cast<int>(words.size()));
+    total += most;
+  }
+  return total;
 }
 
 // Every warp's store instructions of a hand-offset store loop (store s of thread tid at
@@ -111,7 +121,7 @@ void check_dq_offsets() {
   namespace sm90 = flashtrain::cuda::sm90;
   AlignedBuffer buffer;
   char* base = buffer.base();
-  Tensor sdQ = make_tensor(make_smem_ptr(reinterpret_cast<float*>(base)), typename Traits::SmemLayoutdQ{});
+  Tensor sdQ = make_tensor(make_smem_ptr(reinterpret_cast<float*>(base)), typename Traits::SmemLayoutdQLogical{});
   typename Traits::TiledMmadQ mma;
   const std::string what = "dQ staging, D " + std::to_string(kHeadDim);
   EXPECT_EQ(offset_mismatches(
@@ -287,6 +297,22 @@ TEST(Sm90SmemLayout, HandStoresAreConflictFree) {
 
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD64) { check_ds_offsets<64>(); }
 TEST(Sm90SmemLayout, DsStoreOffsetsMatchCuteD128) { check_ds_offsets<128>(); }
+// The convert kernel's reading of the staged dQ order (staged_dq_chunk) is the traits' layout of it.
+template <int kHeadDim>
+void check_staged_dq_order() {
+  using Order = typename BwdTraits<kHeadDim, cutlass::bfloat16_t>::DqColumnOrder;
+  static_assert(size(Order{}) == kHeadDim, "a staged column for every column");
+  std::set<int> staged;
+  for (int c = 0; c < kHeadDim; ++c) {
+    const int convert = 32 * (c / 32) + 4 * flashtrain::cuda::staged_dq_chunk((c % 32) / 4) + c % 4;
+    EXPECT_EQ(static_cast<int>(Order{}(c)), convert) << "column " << c << ", D " << kHeadDim;
+    staged.insert(convert);
+  }
+  EXPECT_EQ(static_cast<int>(staged.size()), kHeadDim);  // a permutation
+}
+
+TEST(Sm90SmemLayout, StagedDqOrderMatchesConvertD64) { check_staged_dq_order<64>(); }
+TEST(Sm90SmemLayout, StagedDqOrderMatchesConvertD128) { check_staged_dq_order<128>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD64) { check_dq_offsets<64>(); }
 TEST(Sm90SmemLayout, DqStagingOffsetsMatchCuteD128) { check_dq_offsets<128>(); }
 TEST(Sm90SmemLayout, SplitPdSOffsetsAndDsViewMatchCuteD256) { check_split_pds_offsets(); }

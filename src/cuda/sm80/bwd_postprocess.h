@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "../common/dq_column_order.h"
 #include "../common/gated_grid.h"
 #include "../common/numerics_flags.h"
 #include "bwd_params.h"
@@ -20,13 +21,15 @@ constexpr int kVec = 4;  // one float4 of the accumulator -> four output element
 
 // accum is [rows][heads][kDim] over the global row space; `dense_len` is the per-batch sequence
 // length of a dense tensor (row r = batch r / len, position r % len) and 0 for varlen (the global
-// row is the tensor row, batch stride 0).
-template <typename Element, int kDim, BwdPass kPass>
+// row is the tensor row, batch stride 0). kStagedOrder: each 32 columns of accum are in the sm90
+// D 64 / 128 backward's staged dQ order (common/dq_column_order.h).
+template <typename Element, int kDim, BwdPass kPass, bool kStagedOrder>
 __global__ void __launch_bounds__(bwd_postprocess_detail::kThreads)
     bwd_convert_kernel(const float* __restrict__ accum, int rows, int heads, int dense_len, Element* out,
                        Strides3 stride, uint32_t* nonfinite) {
   using namespace bwd_postprocess_detail;
   static_assert(kDim % kVec == 0, "head dim must fill whole vectors");
+  static_assert(!kStagedOrder || kDim % 32 == 0, "the staged order permutes whole 32-column boxes");
   if (kPass == BwdPass::kSafe && *nonfinite == 0) return;
   constexpr int kVecsPerRow = kDim / kVec;
   const int64_t total = static_cast<int64_t>(rows) * heads * kVecsPerRow;
@@ -39,7 +42,8 @@ __global__ void __launch_bounds__(bwd_postprocess_detail::kThreads)
     const int r = static_cast<int>(rh / heads);
     const int b = dense_len > 0 ? r / dense_len : 0;
     const int i = dense_len > 0 ? r - b * dense_len : r;
-    const float4 a = reinterpret_cast<const float4*>(accum)[x];
+    const int64_t from = kStagedOrder ? (x & ~int64_t{7}) | staged_dq_chunk(static_cast<int>(x & 7)) : x;
+    const float4 a = reinterpret_cast<const float4*>(accum)[from];
     const Element v[kVec] = {static_cast<Element>(a.x), static_cast<Element>(a.y), static_cast<Element>(a.z),
                              static_cast<Element>(a.w)};
     Element* dst = out + static_cast<int64_t>(b) * stride.batch + static_cast<int64_t>(i) * stride.seq +
@@ -53,7 +57,7 @@ __global__ void __launch_bounds__(bwd_postprocess_detail::kThreads)
   if constexpr (kPass == BwdPass::kNormal) raise_nonfinite_flag(nonfinite, bad);
 }
 
-template <typename Element, int kDim, BwdPass kPass>
+template <typename Element, int kDim, BwdPass kPass, bool kStagedOrder = false>
 void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, void* out, const Strides3& stride,
                         uint32_t* nonfinite, cudaStream_t stream) {
   using namespace bwd_postprocess_detail;
@@ -61,7 +65,7 @@ void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, 
   // blocks exit at once unless the guard fired, so one wave is also all it costs (gated_grid.h).
   const int64_t work = static_cast<int64_t>(rows) * heads * (kDim / kVec);
   if (work == 0) return;
-  auto kernel = bwd_convert_kernel<Element, kDim, kPass>;
+  auto kernel = bwd_convert_kernel<Element, kDim, kPass, kStagedOrder>;
   const int64_t tiles = (work + kThreads - 1) / kThreads;
   const unsigned blocks = kPass == BwdPass::kSafe ? safe_pass_blocks(tiles, kernel, kThreads, 0)
                                                   : one_wave_blocks(tiles, kernel, kThreads, 0);
@@ -69,12 +73,14 @@ void launch_bwd_convert(const float* accum, int rows, int heads, int dense_len, 
       accum, rows, heads, dense_len, static_cast<Element*>(out), stride, nonfinite);
 }
 
-template <typename Element, int kDimQK, int kDimV, BwdPass kPass = BwdPass::kNormal>
+// kStagedDq: dq_accum in the staged order (the sm90 D 64 / 128 backward's).
+template <typename Element, int kDimQK, int kDimV, BwdPass kPass = BwdPass::kNormal, bool kStagedDq = false>
 void launch_bwd_postprocess(const BwdParams& p, cudaStream_t stream) {
   const int dense_q = p.varlen ? 0 : p.max_seqlen_q;
   const int dense_k = p.varlen ? 0 : p.max_seqlen_k;
   uint32_t* const flags = &p.numerics->nonfinite;
-  launch_bwd_convert<Element, kDimQK, kPass>(p.dq_accum, p.total_q, p.heads_q, dense_q, p.dq, p.sdq, flags, stream);
+  launch_bwd_convert<Element, kDimQK, kPass, kStagedDq>(p.dq_accum, p.total_q, p.heads_q, dense_q, p.dq, p.sdq, flags,
+                                                       stream);
   if (p.accumulate_dkv) {
     launch_bwd_convert<Element, kDimQK, kPass>(p.dk_accum, p.total_k, p.heads_k, dense_k, p.dk, p.sdk, flags, stream);
     launch_bwd_convert<Element, kDimV, kPass>(p.dv_accum, p.total_k, p.heads_k, dense_k, p.dv, p.sdv, flags, stream);

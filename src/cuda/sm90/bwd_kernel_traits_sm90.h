@@ -82,12 +82,20 @@ struct BwdTraits : BwdTraitsBase<kHeadDim_, Element_, kHeadDim_ <= 64 ? 128 : 64
                                         cute::Stride<Int_M, cute::_1, cute::Int<kBlockM * kBlockN>>{})));
 
   // The step's dQ (scale * dS K, fp32) is staged in shared memory, 128-byte swizzled in boxes of
-  // 32 columns (the accumulator's stores then hit distinct banks), and added into dq_accum by TMA
-  // reductions (cp.reduce.async.bulk.tensor .add), one per box; consumer w writes the boxes of its
-  // columns [w D / 2, (w + 1) D / 2), which are the first / second half of the staging memory.
+  // 32 columns, in the staged column order (common/dq_column_order.h: the accumulator's 64-bit
+  // stores then hit distinct banks), and added into dq_accum by TMA reductions
+  // (cp.reduce.async.bulk.tensor .add), one per box; consumer w writes the boxes of its columns
+  // [w D / 2, (w + 1) D / 2), which are the first / second half of the staging memory.
   static constexpr int kDqBoxCols = 32;
   using SmemAtomdQ = cute::GMMA::Layout_K_SW128_Atom<float>;  // 8 x 32 floats
   using SmemLayoutdQ = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, Int_D>{}));
+  // dQ's logical columns over SmemLayoutdQ's staged ones: column 4 j + e of a box (j = 2 a + b) at
+  // staged column 4 staged_dq_chunk(j) + e = e + 16 b + 4 a. What bwd_smem_stores_sm90.h's dQ
+  // offsets must agree with (tests/cpp/sm90_smem_layout_test.cu).
+  using DqColumnOrder = cute::Layout<cute::Shape<cute::_4, cute::_2, cute::_4, cute::Int<kHeadDim / 32>>,
+                                     cute::Stride<cute::_1, cute::_16, cute::_4, cute::_32>>;
+  using SmemLayoutdQLogical =
+      decltype(cute::composition(SmemLayoutdQ{}, cute::make_tile(cute::make_layout(Int_M{}), DqColumnOrder{})));
   using SmemLayoutdQBox = decltype(cute::tile_to_shape(SmemAtomdQ{}, cute::Shape<Int_M, cute::Int<kDqBoxCols>>{}));
 
   using GmemTensordQ = decltype(cute::make_tensor(cute::make_gmem_ptr(static_cast<float*>(nullptr)),

@@ -240,7 +240,8 @@ void run_bwd_hdim(const Problem& problem, const BwdArgs& args, void* workspace, 
       bwd_trace_dump(kp.trace, blocks, kHeadDim, Traits::kBlockM, Traits::kBlockN, stream);
     }
   }
-  sm80::launch_bwd_postprocess<Element, kHeadDim, kHeadDim>(p80, stream);
+  // D 64 / 128 (bwd_kernel_sm90) leave dQ in the staged column order; D 256's kernels add it in order.
+  sm80::launch_bwd_postprocess<Element, kHeadDim, kHeadDim, sm80::BwdPass::kNormal, !Traits::kSplitD>(p80, stream);
   check_launch("bwd_postprocess");
 }
 

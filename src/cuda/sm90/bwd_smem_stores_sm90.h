@@ -42,21 +42,25 @@ CUTLASS_HOST_DEVICE uint32_t ds_pair_offset(uint32_t thread_base, int j, int sta
 }
 
 // dQ, queries x D fp32, into SmemLayoutdQ (boxes of 32 columns, each of atoms of 8 rows x 32
-// floats, 1 KB): byte offset from the staging tile's base of pair j = (h, c8, r) of thread tid
-// (row 64 r + 16 warp + lane/4 + 8 h, columns D/2 w + 8 c8 + 2 (lane % 4) + {0, 1}).
+// floats, 1 KB) in the staged column order (common/dq_column_order.h): byte offset from the staging
+// tile's base of pair j = (h, c8, r) of thread tid (row 64 r + 16 warp + lane/4 + 8 h, columns D/2 w
+// + 8 c8 + 2 (lane % 4) + {0, 1}). The pair's chunk, 2 (c8 % 4) + (lane % 4) / 2 in column order,
+// is staged at (c8 % 4) + 4 ((lane % 4) / 2), and swizzled by the row (^ lane / 4): a half-warp's
+// rows 0-3 (or 4-7) then write all eight chunks of a 128-byte row, two lanes a chunk, where the
+// column order gave them four and took two wavefronts a half-warp (run 48's ncu table).
 template <class Traits>
 CUTLASS_HOST_DEVICE uint32_t dq_thread_base(int tid) {
   constexpr int kBoxBytes = Traits::kBlockM * 128;
   const int w = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, r8 = lane / 4, chunk = (lane % 4) / 2;
   return static_cast<uint32_t>(Traits::kHeadDim / 64 * w * kBoxBytes + 2 * warp * 1024 + r8 * 128 +
-                               (lane % 2) * 8 + (chunk ^ r8) * 16);
+                               (lane % 2) * 8 + ((4 * chunk) ^ r8) * 16);
 }
 template <class Traits>
 CUTLASS_HOST_DEVICE uint32_t dq_pair_offset(uint32_t thread_base, int j) {
   constexpr int kBoxBytes = Traits::kBlockM * 128;
   constexpr int kColBlocks = Traits::kHeadDim / 16;  // 8-column blocks per warpgroup
   const int h = j % 2, c8 = (j / 2) % kColBlocks, r = j / (2 * kColBlocks);
-  return (thread_base ^ static_cast<uint32_t>((c8 % 4) * 32)) +
+  return (thread_base ^ static_cast<uint32_t>((c8 % 4) * 16)) +
          static_cast<uint32_t>((c8 / 4) * kBoxBytes + (8 * r + h) * 1024);
 }
 
