@@ -16,7 +16,9 @@
 //                                            row's part of the sm90 bf16 kernel's fp16 dS scale
 //                                            (src/cuda/sm90/bwd_ds_scale_sm90.h)
 //             (all four in dq's own memory instead when BwdPlan::stats_in_dq)
-//   dq_accum  float [total_q][Hq][Dqk]       fp32 dQ, scaled by softmax_scale, zeroed by preprocess
+//   dq_accum  float [total_q][Hq][Dqk]       fp32 dQ, scaled by softmax_scale, zeroed by preprocess;
+//                                            the sm90 D 64 / 128 kernel's columns in the staged order
+//                                            (src/cuda/common/dq_column_order.h)
 //   dq_sema   int   [B][Hq][m_blocks]        deterministic only: how many KV tiles have added into
 //                                            each dQ tile; fixes the order of the fp32 additions
 //   dk_accum  float [total_k][Hk][Dqk]       head_chunks > 1 only: query heads of one KV head are
