@@ -39,7 +39,6 @@ struct FwdTraits {
   // rescale of O) over more keys.
   static constexpr int kBlockN = kBlockN_;
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "K tile: a multiple of wgmma's k (16), at most its n (256)");
-  static_assert(kBlockM_ / 64 == 2 || kBlockN <= 128, "three consumers hold S, P and O in 160 registers: 128 keys");
   // Two K and two V buffers: one being read by the tensor cores while TMA fills the other.
   // D = 256: Q 64 KB + K 64 KB + V 64 KB = 192 KB of the 227 KB a block may use.
   static constexpr int kStages = 2;
@@ -47,6 +46,7 @@ struct FwdTraits {
   static constexpr int kNumMmaWarpGroups = kBlockM / kRowsPerWarpGroup;
   static_assert(kBlockM % kRowsPerWarpGroup == 0 && (kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3),
                 "the turn-taking schedule is written for two or three consumer warpgroups");
+  static_assert(kNumMmaWarpGroups == 2 || kBlockN <= 128, "three consumers hold S, P and O in 160 registers: 128 keys");
   static constexpr int kThreadsPerWarpGroup = cutlass::NumThreadsPerWarpGroup;
   static constexpr int kNumMmaThreads = kNumMmaWarpGroups * kThreadsPerWarpGroup;
   static constexpr int kNumThreads = kNumMmaThreads + kThreadsPerWarpGroup;  // + 1 producer warpgroup
