@@ -2,7 +2,8 @@
 // tested whatever backend.cu dispatches to: DESIGN.md §4's rule on out and lse for odd lengths,
 // both causal alignments, sliding windows, GQA, every head dim it instantiates and both key tiles
 // of D = 128 (FLASHTRAIN_FWD_KEY_TILE); and the refusal reasons for what it does not run. GPU
-// cases skip unless a compute capability 9.0 device is present. bench/sm90_fwd_check.cu runs a wider list and times the kernel.
+// cases skip unless a compute capability 9.0 device is present. bench/sm90_fwd_check.cu runs a
+// wider list and times the kernel.
 // The K-tile ranges the kernel visits (BlockMask) are checked on the CPU against MaskSpec.
 #include <gtest/gtest.h>
 
