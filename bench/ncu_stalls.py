@@ -10,6 +10,12 @@ With --opcodes N: the N opcodes (first word of the instruction, predicate droppe
 executed warp instructions, with their stall samples; with --versus OTHER.sass.csv also the other
 kernel's counts and the difference, to see what one variant executes more of than another.
 
+With --shared N: the shared-memory data pipe's wavefronts (ncu's "L1 Wavefronts Shared" and its
+"Ideal") totalled by instruction form (the whole first word, e.g. LDS.64, STS,
+HGMMA.64x128x16.F32.BF16, with wgmma's A operand from shared memory or registers told apart), the
+N forms with the most, each with its wavefronts an instruction and its excess over the ideal: where
+bank conflicts are, and what the pipe spends on operands and row statistics.
+
 With --barriers JSON --kernel KEY: the samples of every mbarrier wait (a SYNCS.PHASECHK try_wait
 and the branch / sleep instructions of its retry, where a waiting warp's samples land) totalled by
 the barrier it waits on, named from the shared-memory offset in its address and the offsets that
@@ -37,6 +43,8 @@ import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
+WAVEFRONTS = "L1 Wavefronts Shared"
+IDEAL = "L1 Wavefronts Shared Ideal"
 
 
 def read_table(path):
@@ -48,11 +56,14 @@ def read_table(path):
     if SAMPLES not in col or "Source" not in col:
         sys.exit(f"{path}: not an ncu source table (no '{SAMPLES}' / 'Source' columns)")
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    def count(r, name):
+        return int(float(r[col[name]].replace(",", "") or 0)) if name in col else 0
+
     table = []
     for r in data:
         by_reason = {h[len("stall_"):]: int(r[col[h]] or 0) for h in reasons}
-        executed = int(float(r[col[EXECUTED]] or 0)) if EXECUTED in col else 0
-        table.append((r[col["Source"]].strip(), int(r[col[SAMPLES]] or 0), by_reason, executed))
+        table.append((r[col["Source"]].strip(), int(r[col[SAMPLES]] or 0), by_reason, count(r, EXECUTED),
+                      count(r, WAVEFRONTS), count(r, IDEAL)))
     return table
 
 
@@ -67,7 +78,7 @@ def opcode(src):
 def by_opcode(table):
     """{opcode: [executed warp instructions, stall samples]}."""
     totals = {}
-    for src, samples, _, executed in table:
+    for src, samples, _, executed, _, _ in table:
         t = totals.setdefault(opcode(src), [0, 0])
         t[0] += executed
         t[1] += samples
@@ -164,6 +175,8 @@ def main():
     ap.add_argument("--top", type=int, default=25, help="how many instructions to list (default 25)")
     ap.add_argument("--regions", help="NAME:FIRST-LAST,... instruction index ranges (inclusive) to total")
     ap.add_argument("--opcodes", type=int, default=0, help="list this many opcodes by executed instructions")
+    ap.add_argument("--shared", type=int, default=0,
+                    help="list this many instruction forms by shared-memory wavefronts, with their excess")
     ap.add_argument("--versus", help="with --opcodes: a second .sass.csv to compare against")
     ap.add_argument("--barriers", help="bench/smem_barriers.sh's JSON: total the mbarrier waits by barrier")
     ap.add_argument("--kernel", help="with --barriers: the kernel configuration's key in that JSON")
@@ -189,7 +202,7 @@ def main():
     print(f"# {total} stall samples; index, share, leading reasons (share of the instruction's samples), instruction")
     ranked = sorted(range(len(table)), key=lambda i: -table[i][1])[:args.top]
     for i in ranked:
-        src, s, by_reason, _ = table[i]
+        src, s, by_reason = table[i][:3]
         # Samples the table gives no reason for (on a wgmma: waiting for the tensor cores to take it).
         by_reason = dict(by_reason, unattributed=max(0, s - sum(by_reason.values())))
         lead = sorted(by_reason.items(), key=lambda kv: -kv[1])[:2]
@@ -218,6 +231,38 @@ def main():
             print(f"{name:32s} {100 * s / total:5.1f}%")
     if args.opcodes:
         print_opcodes(table, read_table(args.versus) if args.versus else None, args.opcodes)
+    if args.shared:
+        print_shared(table, args.shared)
+
+
+def instruction_form(src):
+    """The first word of an instruction, predicate dropped; wgmma's told apart by its A operand:
+    '@P0 HGMMA.64x64x16.F32.BF16 R1, gdesc[UR4], R2' -> 'HGMMA.64x64x16.F32.BF16 A=smem'."""
+    words = src.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    if not words:
+        return "?"
+    if words[0].startswith("HGMMA") and len(words) > 2:
+        return words[0] + (" A=smem" if words[2].startswith("gdesc") else " A=reg")
+    return words[0]
+
+
+def print_shared(table, n):
+    totals = {}
+    for src, _, _, executed, wavefronts, ideal in table:
+        if wavefronts or ideal:
+            t = totals.setdefault(instruction_form(src), [0, 0, 0])
+            t[0] += executed
+            t[1] += wavefronts
+            t[2] += ideal
+    all_w = sum(t[1] for t in totals.values())
+    all_i = sum(t[2] for t in totals.values())
+    print(f"# shared-memory wavefronts {all_w} (ideal {all_i}): form, share, wavefronts, "
+          "an instruction, excess over ideal")
+    for form in sorted(totals, key=lambda f: -totals[f][1])[:n]:
+        e, w, i = totals[form]
+        print(f"{form:36s} {100 * w / max(all_w, 1):5.1f}% {w:>12d} {w / max(e, 1):6.2f} {w - i:>+12d}")
 
 
 def print_opcodes(table, other, n):

@@ -96,6 +96,30 @@ def test_ncu_stalls_ranks_and_totals(tmp_path, capsys):
     assert len(lines) == 5 and lines[4].split() == ["sync", "1-2", "50.0%"]
 
 
+# The same table with the shared-memory wavefront columns: a wgmma reading A from shared memory,
+# one from registers, and a 64-bit store at twice its ideal (a 2-way bank conflict).
+SASS_CSV_SHARED = """"Kernel Name","bwd_kernel_sm90"
+"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","Instructions Executed","L1 Wavefronts Shared","L1 Wavefronts Shared Ideal"
+"0x10","      HGMMA.64x128x16.F32.BF16 R88, gdesc[UR16], RZ, !UPT","10","0","100","1,200","1,200"
+"0x20","      HGMMA.64x64x16.F32.BF16 R152, R88, gdesc[UR16].tnspB, R152","10","0","100","400","400"
+"0x30","  @P0 STS.64 [R3+0x100], R4","5","0","100","400","200"
+"0x40","      FADD R1, R2, R3","5","0","100","0","0"
+"""
+
+
+def test_ncu_stalls_shared_wavefronts_by_form(tmp_path, capsys):
+    ncu_stalls = load("ncu_stalls")
+    (tmp_path / "k.sass.csv").write_text(SASS_CSV_SHARED)
+    run_main(ncu_stalls, str(tmp_path / "k.sass.csv"), "--top", "0", "--shared", "5")
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# shared-memory wavefronts 2000 (ideal 1800)"))
+    rows = [line.split() for line in lines[start + 1:]]
+    # Largest first; wgmma told apart by its A operand; the store's excess is its 200 over the ideal.
+    assert rows == [["HGMMA.64x128x16.F32.BF16", "A=smem", "60.0%", "1200", "12.00", "+0"],
+                    ["HGMMA.64x64x16.F32.BF16", "A=reg", "20.0%", "400", "4.00", "+0"],
+                    ["STS.64", "20.0%", "400", "4.00", "+200"]]
+
+
 # An nvdisasm -gi listing of two functions; the second is SASS_CSV's kernel, its first
 # instruction inlined from a helper, the third without line comments of its own.
 LISTING = """.text._Z5otherv:
