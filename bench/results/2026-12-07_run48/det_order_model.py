@@ -8,8 +8,8 @@ lightest first); B = heavy first (walk down from the last Q tile, turns ascendin
 heaviest first: waits point to earlier blocks, no co-residency needed); nowait_* = the same walks
 without turns (the launch order's list-scheduling tail alone). Prints makespan / (work / SMs).
   python3 det_order_model.py [EPS ...]"""
+import argparse
 import heapq
-import sys
 # blocks: (u, n) with walk list of Q tiles; pred(u,n,m) = key tile whose add at m precedes ours (or None)
 # compute C_t >= C_{t-1}+1, C_t >= A_{t-1} (single staging buffer); A_t = max(C_t, A_pred) + eps
 def run(S, units, bn, bm, scheme, sms=132, fixed=3.0, eps=0.3):
@@ -56,7 +56,9 @@ def run(S, units, bn, bm, scheme, sms=132, fixed=3.0, eps=0.3):
     assert nxt[0] == len(seq) and not waiting, (nxt[0], len(seq), len(waiting))
     return end / (total / sms)
 if __name__ == '__main__':
-  for eps in map(float, sys.argv[1:] or ['0.3']):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("eps", nargs="*", type=float, default=[0.3], help="an addition's latency, in steps")
+  for eps in ap.parse_args().eps:
     for dd, bm, bn in [(128, 64, 128), (256, 64, 80)]:
       for s in [2048, 4096, 8192, 16384]:
         units = max(1, 16384//s) * (2048//dd)
