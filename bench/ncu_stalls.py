@@ -67,11 +67,15 @@ def read_table(path):
     return table
 
 
+def unpredicated(src):
+    """An instruction's words without its predicate: '@!P0 BRA 0x..' -> ['BRA', '0x..']."""
+    words = src.split()
+    return words[1:] if words and words[0].startswith("@") else words
+
+
 def opcode(src):
     """The opcode of an instruction without its predicate or modifiers: '@!P0 BRA 0x..' -> 'BRA'."""
-    words = src.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
+    words = unpredicated(src)
     return words[0].split(".")[0] if words else "?"
 
 
@@ -238,9 +242,7 @@ def main():
 def instruction_form(src):
     """The first word of an instruction, predicate dropped; wgmma's told apart by its A operand:
     '@P0 HGMMA.64x64x16.F32.BF16 R1, gdesc[UR4], R2' -> 'HGMMA.64x64x16.F32.BF16 A=smem'."""
-    words = src.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
+    words = unpredicated(src)
     if not words:
         return "?"
     if words[0].startswith("HGMMA") and len(words) > 2:
