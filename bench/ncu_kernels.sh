@@ -6,16 +6,18 @@
 # OUTDIR/ncu_summary.md is one table of the headline numbers (bench/ncu_summary.py).
 #
 # Usage: bench/ncu_kernels.sh OUTDIR [CASE ...]
-#   CASE    kernel:seq:dim:dtype:causal[:skip], e.g. bwd_kernel_sm90:8192:128:bf16:no: the kernel
-#           (a regex of its name), the shape, and how many of its launches to skip before the
-#           profiled one (default 1: the first pays for the caches). Default: the sm90 fwd and bwd
-#           at D 64/128, S 1k/8k, and the split-D backward of D 256 at 8k.
+#   CASE    kernel:seq:dim:dtype:causal[:skip[:det]], e.g. bwd_kernel_sm90:8192:128:bf16:no: the
+#           kernel (a regex of its name), the shape, how many of its launches to skip before the
+#           profiled one (default 1: the first pays for the caches), and "det" for the
+#           deterministic backward (e.g. bwd_kernel_sm90:8192:128:bf16:no:1:det; the name gets
+#           _det). Default: the sm90 fwd and bwd at D 64/128, S 1k/8k, and the split-D backward
+#           of D 256 at 8k.
 # Environment: FLASHTRAIN_TORCH_LIBRARY (the extension to profile; default build-gpu's),
 #              NCU (the ncu binary), NCU_SOURCE=0 to skip the per-instruction (SASS) table.
 # Clocks are left to the GPU (--clock-control none), as in the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || -z "${1:-}" ]] && { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || -z "${1:-}" ]] && { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 cases=("$@")
@@ -28,11 +30,13 @@ export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 n=0
 for c in "${cases[@]}"; do
   n=$((n + 1))
-  IFS=: read -r kernel seq dim dtype causal skip <<< "$c"
-  name="${kernel//[^A-Za-z0-9_]/_}_s${seq}_d${dim}_${dtype}_$([[ $causal == yes ]] && echo causal || echo full)"
+  IFS=: read -r kernel seq dim dtype causal skip mode <<< "$c"
+  [[ -z "${mode:-}" || $mode == det ]] || { echo "ncu_kernels: case $c: the 7th field is det or nothing" >&2; exit 2; }
+  name="${kernel//[^A-Za-z0-9_]/_}_s${seq}_d${dim}_${dtype}_$([[ $causal == yes ]] && echo causal || echo full)${mode:+_$mode}"
   echo "[$n/${#cases[@]}] $name" >&2
   flags=(--seq "$seq" --dim "$dim" --dtype "$dtype" --iters 3)
   [[ $causal == yes ]] && flags+=(--causal)
+  [[ ${mode:-} == det ]] && flags+=(--deterministic)
   "$ncu" --clock-control none --kernel-name "regex:$kernel" --launch-skip "${skip:-1}" --launch-count 1 \
     --set full --import-source no -f --export "$out/$name" \
     python3 bench/profile_kernels.py "${flags[@]}" > "$out/$name.log" 2>&1
