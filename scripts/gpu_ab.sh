@@ -4,7 +4,7 @@
 # compute-sanitizer racecheck on the filters given, then times both in one process
 # (bench/ab_builds.py). Logs and tables go to OUTDIR; the summary is printed last.
 #
-# Usage: scripts/gpu_ab.sh OUTDIR TREE_B|--patch 'FILE ...' [--label-b NAME] [--hdims '64;128'] [--tests FILTER]
+# Usage: scripts/gpu_ab.sh OUTDIR TREE_B|--patch 'FILE ...'|--prebuilt DIR [--label-b NAME] [--hdims '64;128'] [--tests FILTER]
 #                          [--race FILTER] [--bench 'ab_builds.py options'] [--tests-on a|b]
 #                          [--grid COMMIT] [--ncu 'CASE ...'] [--deadline SECONDS]
 #   TREE_B    a checkout of the other version inside this repo, so that it travels, e.g.
@@ -14,6 +14,10 @@
 #             B is built). A is built first and its extension kept aside, then the same build folder
 #             is rebuilt as B, which recompiles only what the patches touch (one build after the
 #             other, each with all jobs); the tests and racecheck run on B
+#   --prebuilt instead of both: what scripts/prebuild.sh built on the CPU machine (DIR/a, and DIR/b
+#             for a patch; carry [".prebuild/out"]), unpacked, nothing compiled here (--hdims is
+#             then the prebuild's). The tests and racecheck run on B's test binary (prebuild.sh
+#             --tests). Without DIR/b, B is A: no A/B timing, the tests, --grid and --ncu on A
 #   --tests   gtest filter run on tree B's build (default: CudaBackward, Deterministic, Accuracy and
 #             MaskedRows on cuda)
 #             ('' with --race '': neither build compiles the tests)
@@ -38,13 +42,19 @@
 # runs), GTest as in gpu_check.sh (.gtest/ when carried).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 2 ]] && { sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 tree_b=""
 patches=""
+prebuilt=""
 if [[ $1 == --patch ]]; then
   patches=$2
+  shift 2
+  label_b=patched
+elif [[ $1 == --prebuilt ]]; then
+  prebuilt=$(cd "$2" && pwd) || { echo "gpu_ab: no folder $2" >&2; exit 2; }
+  [[ -f $prebuilt/a/libflashtrain_torch.so.xz ]] || { echo "gpu_ab: $2/a has no libflashtrain_torch.so.xz" >&2; exit 2; }
   shift 2
   label_b=patched
 else
@@ -79,7 +89,8 @@ done
 jobs=${BUILD_JOBS:-$(nproc)}
 step_limit=${STEP_LIMIT:-240}
 python=${PYTHON:-python3}
-torch_dir=$($python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch || exit 2
+torch_dir=""
+if [[ -z $prebuilt ]]; then torch_dir=$($python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch || exit 2; fi
 gtest_flags=()
 [[ -d .gtest/lib/x86_64-linux-gnu/cmake/GTest ]] && gtest_flags=("-DGTest_DIR=$PWD/.gtest/lib/x86_64-linux-gnu/cmake/GTest")
 summary=()
@@ -111,7 +122,7 @@ configure() {  # SRC BUILD NAMESPACE TESTS
     "${gtest_flags[@]}"
 }
 [[ $tests_on == a || $tests_on == b ]] || { echo "gpu_ab: --tests-on takes a or b" >&2; exit 2; }
-[[ -n $patches && $tests_on == a ]] && { echo "gpu_ab: with --patch the tests run on B" >&2; exit 2; }
+[[ -n $patches$prebuilt && $tests_on == a ]] && { echo "gpu_ab: with --patch or --prebuilt the tests run on B" >&2; exit 2; }
 tests_a=OFF; tests_b=ON; target_a=(--target flashtrain_torch); target_b=()
 [[ $tests_on == a ]] && { tests_a=ON; tests_b=OFF; target_a=(); target_b=(--target flashtrain_torch); }
 # The build with the tests (the library, CLI and tests besides the extension) gets 5/8 of the jobs.
@@ -123,7 +134,29 @@ if [[ -z $tests && -z $race ]]; then
 fi
 t0=$SECONDS
 lib_a=$PWD/build-ab-a/python/flashtrain/libflashtrain_torch.so
-if [[ -n $patches ]]; then
+same_ab=0
+if [[ -n $prebuilt ]]; then
+  unxz() { $python -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$@"; }
+  unpack() {  # SIDE BUILD: the layout of a build folder, for the steps below
+    mkdir -p "$2/python/flashtrain" &&
+      unxz "$prebuilt/$1/libflashtrain_torch.so.xz" "$2/python/flashtrain/libflashtrain_torch.so" || return 1
+    [[ ! -f $prebuilt/$1/flashtrain_tests.xz ]] ||
+      { unxz "$prebuilt/$1/flashtrain_tests.xz" "$2/flashtrain_tests" && chmod +x "$2/flashtrain_tests"; }
+  }
+  rm -rf build-ab-pre-a build-ab-pre-b
+  unpack a build-ab-pre-a; rc_a=$?
+  lib_a=$PWD/build-ab-pre-a/python/flashtrain/libflashtrain_torch.so
+  note "prebuilt A: $(tr '\n' ' ' < "$prebuilt/a/build.txt")"
+  if [[ -d $prebuilt/b ]]; then
+    dir_b=build-ab-pre-b
+    unpack b "$dir_b"; rc_b=$?
+    note "prebuilt B: $(tr '\n' ' ' < "$prebuilt/b/build.txt")"
+  else
+    dir_b=build-ab-pre-a; rc_b=$rc_a; same_ab=1; label_b=a
+  fi
+  cat "$prebuilt"/*/ptxas_notes.txt 2>/dev/null | sort -u | sed 's/^/  /' | head -20
+  [[ -x $dir_b/flashtrain_tests ]] || { [[ -z $tests && -z $race ]] || note "no test binary in $prebuilt (prebuild.sh --tests): no tests"; tests=""; race=""; }
+elif [[ -n $patches ]]; then
   dir_b=build-ab-a
   { configure . build-ab-a flashtrain "$tests_b" && cmake --build build-ab-a -j "$jobs" "${target_b[@]}"; } > "$out/build_a.log" 2>&1
   rc_a=$?
@@ -151,7 +184,7 @@ else
   wait $pid_a
   rc_a=$?
 fi
-note "build A (this tree): exit $rc_a; build B ($label_b): exit $rc_b; $((SECONDS - t0)) s"
+[[ -z $prebuilt ]] && note "build A (this tree): exit $rc_a; build B ($label_b): exit $rc_b; $((SECONDS - t0)) s"
 # Spills, and ptxas's C751x notes (wgmmas serialised or a wait injected; scripts/ptxas_check.sh).
 grep -hE "spill|C751[0-9]" "$out/build_a.log" "$out/build_b.log" 2>/dev/null | sed 's/^/  /' | sort -u | head -20
 tested=$dir_b; rc_t=$rc_b
@@ -168,7 +201,7 @@ if [[ $rc_t == 0 && -n "$race" ]] && command -v compute-sanitizer >/dev/null; th
     > "$out/racecheck_$tests_on.log" 2>&1
   note "racecheck on $T ($race): exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_$tests_on.log"))"
 fi
-if [[ $rc_a == 0 && $rc_b == 0 ]]; then
+if [[ $rc_a == 0 && $rc_b == 0 && $same_ab == 0 ]]; then
   for i in "${!benches[@]}"; do
     name=ab; (( i )) && name=ab_$((i + 1))
     # shellcheck disable=SC2086
@@ -202,7 +235,7 @@ if [[ -n "$ncu_cases" && $rc_a == 0 ]]; then
       cat "$out/ncu/$1/ncu_summary.md" 2>/dev/null
     }
     profile a "$lib_a" flashtrain
-    if [[ $rc_b == 0 ]] && (( SECONDS + 20 * ${#cases[@]} + 5 <= deadline )); then
+    if [[ $rc_b == 0 && $same_ab == 0 ]] && (( SECONDS + 20 * ${#cases[@]} + 5 <= deadline )); then
       profile b "$PWD/$dir_b/python/flashtrain/libflashtrain_torch.so" flashtrain_b
     fi
   fi

@@ -2,10 +2,11 @@
 and table, bench/ncu_stalls.py's read of the per-instruction table, its mbarrier waits and its
 source lines from an nvdisasm listing, bench/plot_bench.py's
 sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the backward's
-per-block timeline, bench/timing.py's alternation of what the benchmarks time, and
+per-block timeline, bench/timing.py's alternation of what the benchmarks time,
 bench/ab_builds.py's per-side environment and its comparison of the two builds' outputs, the
 operator namespace that lets one of its builds be profiled alone, bench/ab_summary.py's ranges by
-group, and bench/sass_order.py's read of a cuobjdump listing."""
+group, bench/sass_order.py's read of a cuobjdump listing, and scripts/gpu_ab.sh's run of what
+scripts/prebuild.sh built."""
 import importlib.util
 import os
 import sys
@@ -395,3 +396,32 @@ def test_ab_summary_groups_rows(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "| 64 | no mask | deterministic | 0.500-0.500 | 1.000-1.000 | 1 |"
     assert lines[3] == "| 256 | causal | default | 1.000-2.000 | 0.900-1.100 | 2 |"
+
+
+def test_gpu_ab_runs_a_prebuilt_folder(tmp_path):
+    # scripts/prebuild.sh's output (xz files under a/) unpacked by scripts/gpu_ab.sh --prebuilt into
+    # a build folder's layout, the test binary run from there; without b/, no A/B timing.
+    import lzma
+    import shutil
+    import subprocess
+    pre = tmp_path / "pre" / "a"
+    pre.mkdir(parents=True)
+    lib = os.urandom(4096)
+    (pre / "libflashtrain_torch.so.xz").write_bytes(lzma.compress(lib))
+    (pre / "flashtrain_tests.xz").write_bytes(lzma.compress(b"#!/bin/sh\necho \"[  PASSED  ] 3 tests ($1)\"\n"))
+    (pre / "build.txt").write_text("commit abc\nhdims 64\n")
+    out = tmp_path / "out"
+    try:
+        r = subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_ab.sh"), str(out), "--prebuilt",
+                            str(tmp_path / "pre"), "--tests", "*Some*", "--race", ""],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        summary = (out / "summary.txt").read_text()
+        assert "prebuilt A: commit abc hdims 64" in summary
+        assert "tests on B (*Some*): exit 0 ([  PASSED  ] 3 tests (--gtest_filter=*Some*) )" in summary
+        assert "ab_builds" not in summary
+        unpacked = os.path.join(REPO, "build-ab-pre-a", "python", "flashtrain", "libflashtrain_torch.so")
+        with open(unpacked, "rb") as f:
+            assert f.read() == lib
+    finally:
+        shutil.rmtree(os.path.join(REPO, "build-ab-pre-a"), ignore_errors=True)
