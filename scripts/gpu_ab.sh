@@ -146,11 +146,11 @@ if [[ -n $prebuilt ]]; then
   rm -rf build-ab-pre-a build-ab-pre-b
   unpack a build-ab-pre-a; rc_a=$?
   lib_a=$PWD/build-ab-pre-a/python/flashtrain/libflashtrain_torch.so
-  note "prebuilt A: $(tr '\n' ' ' < "$prebuilt/a/build.txt")"
+  note "prebuilt A (unpacked: exit $rc_a): $(tr '\n' ' ' < "$prebuilt/a/build.txt")"
   if [[ -d $prebuilt/b ]]; then
     dir_b=build-ab-pre-b
     unpack b "$dir_b"; rc_b=$?
-    note "prebuilt B: $(tr '\n' ' ' < "$prebuilt/b/build.txt")"
+    note "prebuilt B (unpacked: exit $rc_b): $(tr '\n' ' ' < "$prebuilt/b/build.txt")"
   else
     dir_b=build-ab-pre-a; rc_b=$rc_a; same_ab=1; label_b=a
   fi

@@ -417,7 +417,7 @@ def test_gpu_ab_runs_a_prebuilt_folder(tmp_path):
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         summary = (out / "summary.txt").read_text()
-        assert "prebuilt A: commit abc hdims 64" in summary
+        assert "prebuilt A (unpacked: exit 0): commit abc hdims 64" in summary
         assert "tests on B (*Some*): exit 0 ([  PASSED  ] 3 tests (--gtest_filter=*Some*) )" in summary
         assert "ab_builds" not in summary
         unpacked = os.path.join(REPO, "build-ab-pre-a", "python", "flashtrain", "libflashtrain_torch.so")
