@@ -425,3 +425,32 @@ def test_gpu_ab_runs_a_prebuilt_folder(tmp_path):
             assert f.read() == lib
     finally:
         shutil.rmtree(os.path.join(REPO, "build-ab-pre-a"), ignore_errors=True)
+
+
+def test_prebuild_takes_a_only_from_a_prebuild_of_these_sources(tmp_path):
+    # scripts/prebuild.sh --a-from: refused (exit 2, before anything is built) without --patch, without
+    # a prebuilt A there, or with an A of other sources or head dims.
+    import subprocess
+    script = os.path.join(REPO, "scripts", "prebuild.sh")
+
+    def run(*args):
+        return subprocess.run(["bash", script, str(tmp_path / "out"), *args], capture_output=True, text=True,
+                              timeout=60)
+
+    a = tmp_path / "pre" / "a"
+    a.mkdir(parents=True)
+    r = run("--a-from", str(tmp_path / "pre"))
+    assert r.returncode == 2 and "--a-from needs --patch" in r.stderr
+    r = run("--a-from", str(tmp_path / "pre"), "--patch", "x.patch")
+    assert r.returncode == 2 and "no prebuilt A" in r.stderr
+    (a / "libflashtrain_torch.so.xz").write_bytes(b"")
+    for info in ("commit 0123456789012345678901234567890123456789\npatches none\nhdims 64;128;256; tests OFF\n",
+                 "commit abc plus uncommitted changes\npatches none\nhdims 64;128;256; tests OFF\n"):
+        (a / "build.txt").write_text(info)
+        r = run("--a-from", str(tmp_path / "pre"), "--patch", "x.patch")
+        assert r.returncode == 2 and "is not an A of HEAD's sources" in r.stderr
+    head = subprocess.run(["git", "-C", REPO, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if head:  # a clone: HEAD's own A, but of other head dims
+        (a / "build.txt").write_text(f"commit {head}\npatches none\nhdims 64;128; tests OFF\n")
+        r = run("--a-from", str(tmp_path / "pre"), "--patch", "x.patch")
+        assert r.returncode == 2 and "is not an A of HEAD's sources" in r.stderr
