@@ -53,7 +53,11 @@ fi
 [[ -d .cutlass/include ]] || { echo "prebuild: .cutlass/include missing (scripts/fetch_cutlass.sh)" >&2; exit 2; }
 [[ $tests == OFF || -d .gtest/lib/x86_64-linux-gnu/cmake/GTest ]] ||
   { echo "prebuild: --tests needs .gtest (scripts/pack_gtest.sh)" >&2; exit 2; }
-for f in $patches; do [[ -f $f ]] || { echo "prebuild: no patch $f" >&2; exit 2; }; done
+patch_files=()  # absolute paths: the patches are applied inside the worktree, where an untracked one is not
+for f in $patches; do
+  [[ -f $f ]] || { echo "prebuild: no patch $f" >&2; exit 2; }
+  patch_files+=("$(realpath "$f")")
+done
 
 # The GPU machine's torch: the extension links its libraries by soname, which torch has loaded
 # before the extension (python/flashtrain/_load.py), so the same version's headers and libraries suffice.
@@ -121,8 +125,7 @@ pack() {  # SIDE NAMESPACE TESTS
   echo "prebuild: $1 in $((SECONDS - t0)) s: $(du -sh "$dir" | cut -f1) in $dir" >&2
 }
 apply_patches() {
-  # shellcheck disable=SC2086
-  (cd "$src" && git apply $(for f in $patches; do realpath "$f"; done))
+  git -C "$src" apply "${patch_files[@]}" || { echo "prebuild: the patches do not apply" >&2; exit 1; }
 }
 if [[ -z $patches ]]; then
   restore_stamps
