@@ -6,21 +6,27 @@
 # Usage (device, carry [".prebuild/out"]):
 #   LIB_XZ=.prebuild/out/run56/b/libflashtrain_torch.so.xz NS=flashtrain_b COMMIT=<label> DEADLINE=570 \
 #     bash bench/results/2026-12-07_run57/device_script.sh OUTDIR
-# NS: the library's torch.ops namespace (prebuild's B: flashtrain_b). OUTDIR: summary.txt,
-# bench.md, bench.json, the e2e RESULTS.md / paired.json / plots, logs.tgz.
+# NS: the library's torch.ops namespace (prebuild's B: flashtrain_b). E2E=0: the grid alone, with
+# all the time. OUTDIR: summary.txt, bench.md, bench.json, the e2e RESULTS.md / paired.json /
+# plots, logs.tgz.
 set -u
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd); o=/tmp/r57; mkdir -p $o/lib
 deadline=${DEADLINE:-570}
 note() { echo "$1" | tee -a "$out/summary.txt"; }
 note "GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); library ${LIB_XZ:?} ($(xz -dc "$LIB_XZ" > $o/lib/libflashtrain_torch.so; echo unpacked: exit $?))"
 export FLASHTRAIN_TORCH_LIBRARY=$o/lib/libflashtrain_torch.so FLASHTRAIN_TORCH_OP_NAMESPACE=${NS:-flashtrain}
 export FLASHTRAIN_COMMIT="${COMMIT:-unknown}" PYTHONPATH=$PWD/python
-timeout $((deadline / 2)) python3 -u bench/bench_attention.py --seqlens 2048,4096,8192,16384 \
+grid_limit=$((deadline / 2))
+[[ ${E2E:-1} == 0 ]] && grid_limit=$((deadline - SECONDS - 10))
+timeout $grid_limit python3 -u bench/bench_attention.py --seqlens 2048,4096,8192,16384 \
   --deterministic --precision-high --json $o/bench.json --markdown $o/bench.md > $o/bench.log 2>&1
 note "grid: exit $? ($SECONDS s)"
 cp $o/bench.md $o/bench.json "$out/" 2>/dev/null
 left=$((deadline - SECONDS - 25))
+if [[ ${E2E:-1} == 0 ]] || (( left < 120 )); then
+  note "e2e: skipped ($left s left)"; tar czf "$out/logs.tgz" -C /tmp r57/bench.log; exit 0
+fi
 note "e2e: $left s"
 timeout $((left + 20)) python3 -u bench/e2e/run_e2e.py --mode paired --out-dir $o/e2e --budget-seconds $left \
   --paired-rounds 16 --seqs 4k,8k,16k,32k > $o/e2e.log 2>&1
