@@ -19,8 +19,8 @@
 //          memory, times scale (bf16: and the inverse scales of dS and K); staged in shared memory
 //          at the top of the next step (after the loop for the last), behind its S^T, for the
 //          producer's dQ warp, which adds it into dq_accum by TMA reductions (in the fixed turns
-//          of tile_range.h's deterministic schedule when kDeterministic; the walk over Q tiles
-//          starts on the diagonal under its rotated form)
+//          of tile_range.h's deterministic schedule when kDeterministic, at D = 128 on two warps
+//          taking alternate steps; the walk over Q tiles starts on the diagonal under its rotated form)
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
 // bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging dQ behind
 // the next S^T, rather than before it, is measured in bench/results/2026-12-03_run14 (issuing
@@ -72,6 +72,14 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kStages = Traits::kStages;
   constexpr bool kStatsCopyK = stats_copy_k<Traits, kDeterministic>();  // bwd_ds_scale_sm90.h
+  // The producer's warps: 0 loads, 1 adds dQ, 2 and 3 fetch the row statistics; deterministic at
+  // D = 128, warp 3 adds every other step's dQ instead (bwd_write_dq), and warp 2 fetches alone.
+  // (At D = 64, whose consumer step is about as long as the dQ thread's chain, two dQ threads made
+  // the deterministic backward 0-4% slower: bench/results/2026-12-07_run58.)
+  constexpr int kDqThreads = kDeterministic && kHeadDim == 128 ? 2 : 1;
+  constexpr int kStatsThreads = kDqThreads == 2 ? 32 : Traits::kStatsThreads;
+  static_assert(!(kDqThreads == 2 && kStatsCopyK),
+                "K's fp16 copy by the statistics warps needs both of them");
   using TileSdP = Shape<Int<kBlockN>, Int<kBlockM>>;
   static_assert(kStages == 2, "a stage is refilled for the step two ahead (next_pos twice)");
   static_assert(Traits::kStagesdS == 2, "dS buffers alternate by step parity");
@@ -94,7 +102,7 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
 
   const int warp = tid / 32;
   if (warp == 0 && cute::elect_one_sync()) {
-    init_load_barriers<Traits>(kp, s);
+    init_load_barriers<Traits, kStatsThreads>(kp, s);
     cute::prefetch_tma_descriptor(kp.tma_dq.get_tma_descriptor());
     ClusterBarrier::init(&s.dq_full, Traits::kNumMmaThreads);
     ClusterBarrier::init(&s.dq_empty, 1);
@@ -114,10 +122,12 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (warp == 0) {
       if (num_steps > 0 && cute::elect_one_sync()) bwd_load_tiles<Traits>(kp, s, walk, b, hk, n_block);
-    } else if (warp == 1) {
-      if (tid % 32 == 0) bwd_write_dq<Traits, kDeterministic>(kp, s, walk, mask, geo, b, n_block);
+    } else if (warp == 1 || (kDqThreads == 2 && warp == 3)) {
+      if (tid % 32 == 0)
+        bwd_write_dq<Traits, kDeterministic, kDqThreads>(kp, s, walk, mask, geo, b, n_block,
+                                                         warp == 1 ? 0 : 1);
     } else {
-      bwd_fetch_stats<Traits, kStatsCopyK>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
+      bwd_fetch_stats<Traits, kStatsCopyK, kStatsThreads>(p, geo, s, walk, tid - Traits::kStatsWarp * 32);
     }
     return;
   }

@@ -30,7 +30,8 @@ __device__ __forceinline__ uint32_t stage_free_parity(int step) {
 // One thread, before the block's first __syncthreads: prefetches the load descriptors and
 // initialises the barriers of the loads (K and V; each stage's Q / dO and row statistics; each
 // stage's release by the consumers). The kernel adds its own and fences.
-template <class Traits>
+// kStatsThreads: how many threads fetch the row statistics (bwd_fetch_stats).
+template <class Traits, int kStatsThreads = Traits::kStatsThreads>
 __device__ __forceinline__ void init_load_barriers(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s) {
   using cutlass::arch::ClusterBarrier;
   cute::prefetch_tma_descriptor(kp.tma_q.get_tma_descriptor());
@@ -41,7 +42,7 @@ __device__ __forceinline__ void init_load_barriers(const BwdKernelParams<Traits>
   CUTLASS_PRAGMA_UNROLL
   for (int i = 0; i < Traits::kStages; ++i) {
     ClusterBarrier::init(&s.qdo_full[i], 1);
-    ClusterBarrier::init(&s.stats_full[i], Traits::kStatsThreads);
+    ClusterBarrier::init(&s.stats_full[i], kStatsThreads);
     ClusterBarrier::init(&s.stage_empty[i], Traits::kNumMmaThreads);
     if constexpr (Traits::kClusterN > 1) ClusterBarrier::init(&s.peer_empty[i], Traits::kClusterN - 1);
   }
@@ -109,20 +110,21 @@ __device__ __forceinline__ void bwd_load_tiles(const BwdKernelParams<Traits>& kp
   }
 }
 
-// The statistics warps (thread 0 .. kStatsThreads - 1): each step's lse * log2e and D of its rows
+// The statistics warps (thread 0 .. kStatsThreads - 1; Traits::kStatsThreads but for the deterministic
+// D 128 kernel, whose second dQ warp takes one of them): each step's lse * log2e and D of its rows
 // into its stage (bf16 inputs: also s_i, bwd_ds_scale_sm90.h, and into their slot dQ's row factors);
 // rows past the sequence get lse = +inf (so P = 0), D = 0 and s_i = 1. bf16: s_i needs the tile's
 // max |V|, which the consumers publish through vmax_ready, or with kStatsCopyK (bwd_ds_scale_sm90.h)
 // these warps find themselves; they then make K's fp16 copy once step 0's statistics are out, and
 // announce it by kdq_ready.
-template <class Traits, bool kStatsCopyK>
+template <class Traits, bool kStatsCopyK, int kStatsThreads = Traits::kStatsThreads>
 __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const sm80::SeqGeometry& geo,
                                                 typename Traits::SharedStorage& s, const BwdWalk& walk,
                                                 int thread) {
   using cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM;
-  constexpr int kRowsPerThread = kBlockM / Traits::kStatsThreads;
-  static_assert(kBlockM % Traits::kStatsThreads == 0, "whole rows per statistics thread");
+  constexpr int kRowsPerThread = kBlockM / kStatsThreads;
+  static_assert(kBlockM % kStatsThreads == 0, "whole rows per statistics thread");
   float v_max = 0.0f, dq_scale = 0.0f;
   int k_exp = 0;
   DqWalkPos pos = walk.first;
@@ -134,7 +136,7 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
     float lse[kRowsPerThread], dsum[kRowsPerThread], f[kRowsPerThread];
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const int row = thread + i * Traits::kStatsThreads;
+      const int row = thread + i * kStatsThreads;
       const bool inside = m0 + row < geo.len_q;
       lse[i] = inside ? p.lse_log2[first + row] : INFINITY;
       dsum[i] = inside ? p.dsum[first + row] : 0.0f;
@@ -144,7 +146,7 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
       if (step == 0) {  // while the loads above are in flight
         if constexpr (kStatsCopyK) {
           ClusterBarrier::wait(&s.kv_full, 0);
-          tile_abs_maxima<Traits, Traits::kStatsThreads, BwdBarrier::kStatsMaxima>(s.k.data(), s.v.data(), s.scratch,
+          tile_abs_maxima<Traits, kStatsThreads, BwdBarrier::kStatsMaxima>(s.k.data(), s.v.data(), s.scratch,
                                                                                  thread, v_max, k_exp);
           dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
         } else {
@@ -156,7 +158,7 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
     }
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const int row = thread + i * Traits::kStatsThreads;
+      const int row = thread + i * kStatsThreads;
       s.lse_log2[stage][row] = lse[i];
       s.dsum[stage][row] = dsum[i];
       if constexpr (Traits::kScaledDs) {
@@ -168,7 +170,7 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
     ClusterBarrier::arrive(&s.stats_full[stage]);
     if constexpr (kStatsCopyK) {
       if (step == 0) {
-        convert_k_for_dq<Traits, Traits::kStatsThreads>(s.k.data(), s.k_dq.data(), k_exp, thread);
+        convert_k_for_dq<Traits, kStatsThreads>(s.k.data(), s.k_dq.data(), k_exp, thread);
         ClusterBarrier::arrive(&s.kdq_ready);
       }
     }
@@ -205,16 +207,25 @@ __device__ __forceinline__ void bulk_wait_complete() {
 #endif
 }
 
-// One thread: each step's staged dQ (all kHeadDim columns) added into dq_accum by TMA reductions.
+// One thread of kThreads (kThreads - 1 other warps' threads, `first` 0 .. kThreads - 1): steps
+// first, first + kThreads, ... of the walk's staged dQ (all kHeadDim columns) added into dq_accum by
+// TMA reductions. The staging tile is released as soon as the reductions have read it.
 // kDeterministic: in the step's turn of tile_range.h's schedule, passed on once the additions are
-// complete in global memory. The staging tile is released as soon as the reductions have read it.
-// Issuing the next step's reductions before the drain of this one's (when its tile and turn are
-// ready) and passing this turn on behind them made the deterministic backward 0-9% slower at D 64
-// and 128 (H100, bench/results/2026-12-06_run27 call 1; det_dq_overlap.patch in run26).
-template <class Traits, bool kDeterministic>
+// complete in global memory and fenced. That drain is a thread's serial chain a step (turn's poll,
+// reductions, their completion, fence, release: about 2.8 us on the H100, longer than the D 128
+// consumers' 2.1 us step; bench/results/2026-12-07_run55), and TMA bulk groups are a thread's
+// own, so the deterministic D 128 kernel runs it on two threads of different warps taking
+// alternate steps (9-19% faster backward than one, run 58). A thread takes step t once the other
+// has released the staging of step t - 1, which puts dq_full's phase t - 1 behind it, so that
+// waiting on dq_full by parity cannot skip a phase.
+// Earlier forms: issuing the next step's reductions before the drain of this one's on one thread
+// and passing this turn on behind them was 0-9% slower at D 64 and 128 (H100, bench/results/
+// 2026-12-06_run27 call 1); a turn a 32-column box (four fences and polls a step) 0.55-0.63x at
+// D 128 (run 55).
+template <class Traits, bool kDeterministic, int kThreads = 1>
 __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Traits>& kp, typename Traits::SharedStorage& s,
                                              const BwdWalk& walk, const MaskSpec& mask, const sm80::SeqGeometry& geo,
-                                             int b, int n_block) {
+                                             int b, int n_block, int first = 0) {
   using namespace cute;
   using cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM;
@@ -222,7 +233,11 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Traits>& kp, 
   const sm80::BwdParams& p = kp.p;
   auto cta = kp.tma_dq.get_slice(_0{});
   DqWalkPos pos = walk.first;
-  for (int step = 0; step < walk.num_steps; ++step) {
+  for (int i = 0; i < first; ++i) pos = walk.next(pos);
+  for (int step = first; step < walk.num_steps; step += kThreads) {
+    if constexpr (kThreads > 1) {
+      if (step > 0) ClusterBarrier::wait(&s.dq_empty, static_cast<uint32_t>((step - 1) & 1));
+    }
     ClusterBarrier::wait(&s.dq_full, static_cast<uint32_t>(step & 1));
     int* sema = nullptr;
     if constexpr (kDeterministic) {
@@ -247,7 +262,7 @@ __device__ __forceinline__ void bwd_write_dq(const BwdKernelParams<Traits>& kp, 
       __threadfence();
       sm80::release_dq_turn(sema);
     }
-    pos = walk.next(pos);
+    for (int i = 0; i < kThreads; ++i) pos = walk.next(pos);
   }
   bulk_wait_complete();  // no TMA reduction may outlive the block's shared memory
 }
