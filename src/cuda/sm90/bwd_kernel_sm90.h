@@ -20,7 +20,8 @@
 //          at the top of the next step (after the loop for the last), behind its S^T, for the
 //          producer's dQ warp, which adds it into dq_accum by TMA reductions (in the fixed turns
 //          of tile_range.h's deterministic schedule when kDeterministic, at D = 128 on two warps
-//          taking alternate steps; the walk over Q tiles starts on the diagonal under its rotated form)
+//          taking alternate steps; the walk over Q tiles starts on the diagonal under its rotated
+//          form)
 // kDeterministic is a template parameter so that the default kernel carries none of the turn
 // bookkeeping (with it as a runtime flag the default backward ran 3-4% slower). Staging dQ behind
 // the next S^T, rather than before it, is measured in bench/results/2026-12-03_run14 (issuing

@@ -147,7 +147,7 @@ __device__ __forceinline__ void bwd_fetch_stats(const sm80::BwdParams& p, const 
         if constexpr (kStatsCopyK) {
           ClusterBarrier::wait(&s.kv_full, 0);
           tile_abs_maxima<Traits, kStatsThreads, BwdBarrier::kStatsMaxima>(s.k.data(), s.v.data(), s.scratch,
-                                                                                 thread, v_max, k_exp);
+                                                                         thread, v_max, k_exp);
           dq_scale = p.scale * exact_pow2(-k_exp);  // a row's dQ factor, but for 1 / s_i
         } else {
           ClusterBarrier::wait(&s.vmax_ready, 0);
