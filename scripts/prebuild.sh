@@ -89,7 +89,7 @@ else
 fi
 git diff --quiet HEAD || git diff HEAD --binary | git -C "$src" apply
 built_from="$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' plus uncommitted changes')"
-restore_stamps() {  # files whose content is back to what the last prebuild built keep its time stamps
+restore_stamps() {  # files whose content is back to what the build folder last built keep its time stamps
   (cd "$keep" && find . -type f) | while read -r f; do
     cmp -s "$keep/$f" "$src/$f" && touch -r "$keep/$f" "$src/$f"; done
   return 0
@@ -138,7 +138,9 @@ elif [[ -n $a_from ]]; then
 else
   restore_stamps
   pack a flashtrain OFF
-  apply_patches && restore_stamps
+  # No restore_stamps here: A's objects are newer than any earlier B's, so the patched files must
+  # keep the new time stamps that apply gives them.
+  apply_patches
   pack b flashtrain_b "$tests" "$patches"
 fi
 git -C "$src" reset -q --hard
