@@ -21,10 +21,11 @@
 # The source worktree and build folder (.prebuild/, git-ignored) are kept, so a second run
 # recompiles only what changed: a file whose content a rebuild puts back as it was keeps its old
 # time stamp (so B after an earlier B with the same patch recompiles only the new ones). An
-# OUTDIR under .prebuild/out/ travels with carry [".prebuild/out"]. Needs .cutlass (scripts/fetch_cutlass.sh), nvcc and PyPI the first time.
+# OUTDIR under .prebuild/out/ travels with carry [".prebuild/out"]. Needs .cutlass
+# (scripts/fetch_cutlass.sh), nvcc and PyPI the first time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 patches="" hdims="64;128;256" tests=OFF jobs=$(nproc) a_from=""
