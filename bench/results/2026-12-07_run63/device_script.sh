@@ -9,7 +9,7 @@
 #   device time left allows).
 # Usage (device): [TESTS=filter] [AB_DEADLINE=s] bash bench/results/2026-12-07_run63/device_script.sh OUTDIR [COMMIT]
 set -u
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 mkdir -p "$1"; echo "GPU $gpu" > "$1/gpu.txt"
 if [[ $gpu == *H200* ]]; then
