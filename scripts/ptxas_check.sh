@@ -10,11 +10,16 @@
 #   HDIMS="64;128" scripts/ptxas_check.sh ...   (the FLASHTRAIN_HDIMS_BUILT the files expect)
 #   scripts/ptxas_check.sh --order FILE.cu   also prints where ptxas put each sm90 kernel's wgmma
 #     issues, waits, MUFU and F2FP runs (bench/sass_order.py; cuobjdump from scripts/fetch_sass_tools.sh)
+#   scripts/ptxas_check.sh --spills FILE.cu  also splits each kernel's local-memory instructions
+#     between the consumers (the warps that raise their registers) and the rest (bench/sass_spills.py):
+#     a spill in the consumers' loop costs every step, one in the producer's warps next to nothing
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 order=0
+spills=0
 [[ "$1" == "--order" ]] && { order=1; shift; }
+[[ "${1:-}" == "--spills" ]] && { spills=1; order=2; shift; }
 [[ $order == 0 || -x .sass-tools/cuobjdump ]] || { echo "ptxas_check: .sass-tools/cuobjdump missing (scripts/fetch_sass_tools.sh)" >&2; exit 2; }
 [[ -d .cutlass/include ]] || { echo "ptxas_check: .cutlass/include missing (scripts/fetch_cutlass.sh)" >&2; exit 2; }
 status=0
@@ -35,7 +40,11 @@ for src in "$@"; do
        /C751[0-9]/ { n = split($0, w, " "); printf "  %s %s\n", substr($0, index($0, "(C751"), 7), w[n] }' "$log" |
     c++filt | sed "s/'//g"
   grep -qE "C751[0-9]" "$log" && status=1
-  (( order )) && { .sass-tools/cuobjdump -sass "$obj" | python3 bench/sass_order.py; rm -f "$obj"; }
+  if (( order )); then
+    sass=$(PATH="$PWD/.sass-tools:$PATH" .sass-tools/cuobjdump -sass "$obj")
+    if (( spills )); then python3 bench/sass_spills.py <<< "$sass"; else python3 bench/sass_order.py <<< "$sass"; fi
+    rm -f "$obj"
+  fi
   rm -f "$log"
 done
 exit $status

@@ -5,7 +5,8 @@ sequence-length labels and per-backend colors, bench/bwd_trace.py's read of the 
 per-block timeline, bench/timing.py's alternation of what the benchmarks time,
 bench/ab_builds.py's per-side environment and its comparison of the two builds' outputs, the
 operator namespace that lets one of its builds be profiled alone, bench/ab_summary.py's ranges by
-group, bench/sass_order.py's read of a cuobjdump listing, and scripts/gpu_ab.sh's run of what
+group, bench/sass_order.py's read of a cuobjdump listing, bench/sass_spills.py's split of a
+kernel's spills between its consumers and the rest, and scripts/gpu_ab.sh's run of what
 scripts/prebuild.sh built."""
 import importlib.util
 import os
@@ -379,6 +380,36 @@ def test_sass_order_collapses_runs_in_address_order(tmp_path, capsys):
                      "  1:HGMMAx2 3:WAIT<1>x1 4:FMNMXx1 5:MUFUx2 7:WAIT<0>x1 8:F2FPx1 9:BRAx1"]
     assert sass_order.classify("@P1 BAR.ARV R2, 0x100") == "BAR.ARV"
     assert sass_order.classify("IMAD R2, R3, R4, RZ") is None
+
+
+# Consumers first (registers raised), then the producer after its DEALLOC, as ptxas lays out the
+# sm90 kernels; a second function with no local memory.
+SPILL_LISTING = """
+\t\tFunction : _ZN10flashtrain4cuda4sm9015bwd_kernel_sm90Ev
+        /*0000*/                   STL [R1], R2 ;
+        /*0010*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0 ;
+        /*0020*/                   STL [R1+0x8], R2 ;
+        /*0030*/                   LDL.LU R2, [R1+0x8] ;
+        /*0040*/                   EXIT ;
+        /*0050*/                   USETMAXREG.DEALLOC.CTAPOOL 0x18 ;
+        /*0060*/                   STL [R1+0x4], R5 ;
+        /*0070*/               @P0 LDL R8, [R1+0x4] ;
+        /*0080*/                   LDL R4, [R1] ;
+\t\tFunction : _ZN10flashtrain4cuda4sm8010fwd_kernelEv
+        /*0000*/                   MUFU.EX2 R2, R2 ;
+"""
+
+
+def test_sass_spills_splits_consumers_from_the_rest(tmp_path, capsys):
+    sass_spills = load("sass_spills")
+    (tmp_path / "k.sass").write_text(SPILL_LISTING)
+    run_main(sass_spills, str(tmp_path / "k.sass"))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1, lines  # the function without local memory is not listed
+    assert lines[0].endswith("raised-register warps 1 STL / 1 LDL, other warps 2 STL / 2 LDL"), lines[0]
+    # Without a register split every local-memory instruction counts as the rest's.
+    body = [(0, "STL [R1], R2"), (16, "LDL R3, [R1]")]
+    assert sass_spills.split_spills(body) == [0, 0, 1, 1]
 
 
 def test_ab_summary_groups_rows(tmp_path, capsys):
