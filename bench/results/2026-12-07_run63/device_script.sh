@@ -7,7 +7,7 @@
 #   + fwd_shifted_rows.patch): B's forward tests and the bf16 D 64 backward's multi-step ones,
 #   racecheck of the new shifted D 64 forward case, then the A/B timing (cut to what the
 #   device time left allows).
-# Usage (device): [TESTS=filter] [BENCH=ab_builds options] [AB_DEADLINE=s] bash bench/results/2026-12-07_run63/device_script.sh OUTDIR [COMMIT]
+# Usage (device): [TESTS=filter] [BENCH=ab_builds options] [AB_DEADLINE=s] [DEADLINE=s (H200)] bash bench/results/2026-12-07_run63/device_script.sh OUTDIR [COMMIT]
 set -u
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
