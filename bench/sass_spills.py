@@ -11,7 +11,9 @@ What it is for: ptxas reports a kernel's spilled bytes as one number, but a few 
 24-register statistics warps cost nothing while one register spilled in the consumers' loop costs
 a store and a reload every step. Run 62 (bench/results/2026-12-07_run62): a change to code only
 the statistics warps run moved a spill into the consumers' loop (the whole kernel's registers are
-allocated at once) and the bf16 D 64 backward lost up to 9%; ptxas's total went down. Used by
+allocated at once) and the bf16 D 64 backward lost up to 9%; ptxas's total went down. A consumer
+spill may still lie outside the loop (main's D 64 forward: one STL as a work tile starts, one LDL
+before its first S GEMM, once a tile): read the listing around it. Used by
 scripts/ptxas_check.sh --spills.
   .sass-tools/cuobjdump -sass file.cubin | python3 bench/sass_spills.py
 """
