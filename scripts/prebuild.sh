@@ -8,7 +8,9 @@
 # Usage: scripts/prebuild.sh OUTDIR [--patch 'FILE ...'] [--hdims '64;128'] [--tests] [--jobs N] [--a-from DIR]
 #   OUTDIR/a   this tree at HEAD plus its uncommitted changes to tracked files:
 #              libflashtrain_torch.so.xz (torch operators torch.ops.flashtrain),
-#              flashtrain_tests.xz with --tests, build.txt, ptxas_notes.txt, build.log.xz
+#              flashtrain_tests.xz with --tests, build.txt, ptxas_notes.txt (the spills and C751x
+#              notes of the files this build compiled: a file an earlier build left current is
+#              not in it; scripts/ptxas_check.sh reports any file), build.log.xz
 #   OUTDIR/b   with --patch: the same tree with the patches applied (git apply), rebuilt in the same
 #              folder (only what the patches touch recompiles); operators torch.ops.flashtrain_b,
 #              so that A and B load in one process (bench/ab_builds.py)
