@@ -27,7 +27,7 @@
 # (scripts/fetch_cutlass.sh), nvcc and PyPI the first time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 patches="" hdims="64;128;256" tests=OFF jobs=$(nproc) a_from=""
