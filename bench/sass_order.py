@@ -22,14 +22,19 @@ CLASSES = (("HGMMA", "HGMMA"), ("WARPGROUP.DEPBAR", None), ("MUFU", "MUFU"), ("F
            ("BAR.SYNC", "BAR.SYNC"), ("BAR.ARV", "BAR.ARV"), ("BRA", "BRA"))
 
 
-def classify(instruction):
-    """The class of one SASS instruction (its predicate dropped), or None."""
+def opcode(instruction):
+    """The opcode of one SASS instruction, its predicate dropped ("" for none)."""
     words = instruction.split()
     if words and words[0].startswith("@"):
         words = words[1:]
-    if not words:
+    return words[0] if words else ""
+
+
+def classify(instruction):
+    """The class of one SASS instruction (its predicate dropped), or None."""
+    op = opcode(instruction)
+    if not op:
         return None
-    op = words[0]
     for prefix, name in CLASSES:
         if op == prefix or op.startswith(prefix + "."):
             if name is None:  # WARPGROUP.DEPBAR.LE gsb0, 0xN
@@ -38,22 +43,31 @@ def classify(instruction):
     return None
 
 
-def functions(lines):
-    """(name, [(index, class), ...]) per function of a cuobjdump -sass listing."""
-    name, seq = None, []
+def listing(lines):
+    """(name, [(address, instruction), ...]) per function of a cuobjdump -sass listing."""
+    name, body = None, []
     for line in lines:
         m = re.search(r"Function : (\S+)", line)
         if m:
             if name:
-                yield name, seq
-            name, seq = m.group(1), []
+                yield name, body
+            name, body = m.group(1), []
             continue
         m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
         if m and name:
-            cls = classify(m.group(2))
-            if cls:
-                seq.append((int(m.group(1), 16) // 16, cls))
+            body.append((int(m.group(1), 16), m.group(2)))
     if name:
+        yield name, body
+
+
+def functions(lines):
+    """(name, [(index, class), ...]) per function of a cuobjdump -sass listing."""
+    for name, body in listing(lines):
+        seq = []
+        for address, instruction in body:
+            cls = classify(instruction)
+            if cls:
+                seq.append((address // 16, cls))
         yield name, seq
 
 

@@ -18,11 +18,10 @@ scripts/ptxas_check.sh --spills.
   .sass-tools/cuobjdump -sass file.cubin | python3 bench/sass_spills.py
 """
 import argparse
-import re
 import subprocess
 import sys
 
-INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+from sass_order import listing, opcode
 
 
 def demangle(name):
@@ -30,29 +29,6 @@ def demangle(name):
         return subprocess.run(["c++filt", name], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return name
-
-
-def functions(lines):
-    """(name, [(address, instruction)]) for each function of the listing."""
-    name, body = None, []
-    for line in lines:
-        if "Function :" in line:
-            if name is not None:
-                yield name, body
-            name, body = line.split("Function :", 1)[1].strip(), []
-            continue
-        m = INSTRUCTION.search(line)
-        if name is not None and m:
-            body.append((int(m.group(1), 16), m.group(2)))
-    if name is not None:
-        yield name, body
-
-
-def opcode(instruction):
-    words = instruction.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0] if words else ""
 
 
 def split_spills(body):
@@ -75,7 +51,7 @@ def main():
     parser.add_argument("sass", nargs="?", help="cuobjdump -sass output (default: standard input)")
     args = parser.parse_args()
     lines = open(args.sass).read().splitlines() if args.sass else sys.stdin.read().splitlines()
-    for name, body in functions(lines):
+    for name, body in listing(lines):
         rs, rl, os_, ol = split_spills(body)
         if rs + rl + os_ + ol:
             print(f"  local memory  {demangle(name)}: raised-register warps {rs} STL / {rl} LDL, "

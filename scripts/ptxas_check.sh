@@ -16,23 +16,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]] && { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
-order=0
-spills=0
-[[ "$1" == "--order" ]] && { order=1; shift; }
-[[ "${1:-}" == "--spills" ]] && { spills=1; order=2; shift; }
-[[ $order == 0 || -x .sass-tools/cuobjdump ]] || { echo "ptxas_check: .sass-tools/cuobjdump missing (scripts/fetch_sass_tools.sh)" >&2; exit 2; }
+sass=""  # order or spills: read the kernels' SASS with bench/sass_$sass.py
+[[ "$1" == "--order" || "$1" == "--spills" ]] && { sass=${1#--}; shift; }
+[[ -z $sass || -x .sass-tools/cuobjdump ]] || { echo "ptxas_check: .sass-tools/cuobjdump missing (scripts/fetch_sass_tools.sh)" >&2; exit 2; }
 [[ -d .cutlass/include ]] || { echo "ptxas_check: .cutlass/include missing (scripts/fetch_cutlass.sh)" >&2; exit 2; }
 status=0
 for src in "$@"; do
   log=$(mktemp)
   obj=/dev/null
-  (( order )) && obj=$(mktemp --suffix=.cubin)
+  [[ -n $sass ]] && obj=$(mktemp --suffix=.cubin)
   echo "== $src"
   if ! nvcc -DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED=1 "-DFLASHTRAIN_HDIMS_BUILT=\"${HDIMS:-64;128;256}\"" \
       -DFLASHTRAIN_WITH_CUDA=1 -Iinclude -Isrc -I.cutlass/include -O3 -DNDEBUG -Xcompiler=-fPIC \
       -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++17 \
-      -Xptxas=-v -Xptxas=-warn-spills -x cu $( ((order)) && echo -cubin || echo -c) "$src" -o "$obj" > "$log" 2>&1; then
-    tail -20 "$log"; status=1; rm -f "$log"; (( order )) && rm -f "$obj"; continue
+      -Xptxas=-v -Xptxas=-warn-spills -x cu $([[ -n $sass ]] && echo -cubin || echo -c) "$src" -o "$obj" > "$log" 2>&1; then
+    tail -20 "$log"; status=1; rm -f "$log"; [[ -n $sass ]] && rm -f "$obj"; continue
   fi
   # ptxas names the function on its "Function properties" line; the spills follow on the next.
   awk '/Function properties for/ { fn = $NF }
@@ -40,11 +38,7 @@ for src in "$@"; do
        /C751[0-9]/ { n = split($0, w, " "); printf "  %s %s\n", substr($0, index($0, "(C751"), 7), w[n] }' "$log" |
     c++filt | sed "s/'//g"
   grep -qE "C751[0-9]" "$log" && status=1
-  if (( order )); then
-    sass=$(PATH="$PWD/.sass-tools:$PATH" .sass-tools/cuobjdump -sass "$obj")
-    if (( spills )); then python3 bench/sass_spills.py <<< "$sass"; else python3 bench/sass_order.py <<< "$sass"; fi
-    rm -f "$obj"
-  fi
+  [[ -n $sass ]] && { PATH="$PWD/.sass-tools:$PATH" .sass-tools/cuobjdump -sass "$obj" | python3 "bench/sass_$sass.py"; rm -f "$obj"; }
   rm -f "$log"
 done
 exit $status
