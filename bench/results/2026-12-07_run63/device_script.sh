@@ -6,10 +6,11 @@
 #   otherwise: scripts/gpu_ab.sh on .prebuild/out/run63 (A: main; B: main + stats_scale_late_v2.patch
 #   + fwd_shifted_rows.patch): B's forward tests and the bf16 D 64 backward's multi-step ones,
 #   racecheck of the new shifted D 64 forward case, then the A/B timing (cut to what the
-#   device time left allows).
+#   device time left allows), then the wide D 256 causal backward in bands of 8 and 16 heads
+#   (FLASHTRAIN_BWD_BAND on B; B's D 256 kernels are main's) against main's rule (4) in ab_2 / ab_3.
 # Usage (device): [TESTS=filter] [BENCH=ab_builds options] [AB_DEADLINE=s] [DEADLINE=s (H200)] bash bench/results/2026-12-07_run63/device_script.sh OUTDIR [COMMIT]
 set -u
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 mkdir -p "$1"; echo "GPU $gpu" > "$1/gpu.txt"
 if [[ $gpu == *H200* ]]; then
@@ -19,5 +20,8 @@ else
   STEP_LIMIT=${STEP_LIMIT:-200} scripts/gpu_ab.sh "$1" --prebuilt .prebuild/out/run63 \
     --tests "${TESTS:-Shapes/Sm90Forward.*:Sm90ForwardDynamicTiles.*:Dtypes/CudaBackward.Sm90ShapesMultiStep/bf16:Dtypes/CudaBackward.Sm90FewStepsPerBlock/bf16:Targets/Accuracy.*/cuda_bf16:Targets/MaskedRows.*/cuda_*}" \
     --race '*Sm90Forward*d64_right_window_shifted_rows' \
-    --bench "${BENCH:---seqlens 2048,4096,8192,16384 --dims 64,128 --dtypes bf16,fp16}" --deadline ${AB_DEADLINE:-300}
+    --bench "${BENCH:---seqlens 2048,4096,8192,16384 --dims 64,128 --dtypes bf16,fp16}" \
+    --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=8" \
+    --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=16" \
+    --deadline ${AB_DEADLINE:-300}
 fi
