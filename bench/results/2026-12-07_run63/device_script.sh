@@ -7,10 +7,13 @@
 #   + fwd_shifted_rows.patch): B's forward tests and the bf16 D 64 backward's multi-step ones,
 #   racecheck of the new shifted D 64 forward case, then the A/B timing (cut to what the
 #   device time left allows), then the wide D 256 causal backward in bands of 8 and 16 heads
-#   (FLASHTRAIN_BWD_BAND on B; B's D 256 kernels are main's) against main's rule (4) in ab_2 / ab_3.
-# Usage (device): [TESTS=filter] [BENCH=ab_builds options] [AB_DEADLINE=s] [DEADLINE=s (H200)] bash bench/results/2026-12-07_run63/device_script.sh OUTDIR [COMMIT]
+#   (FLASHTRAIN_BWD_BAND on B; B's D 256 kernels are main's) against main's rule (4) in ab_2 / ab_3,
+#   and Nsight Compute of the wide D 256 default backward at 8k, causal and not (what the causal
+#   rows lose: bwd 331 against 360 TFLOP/s in run 59, where cuDNN's causal runs faster than its
+#   non-causal) if the deadline leaves time.
+# Usage (device): [TESTS=filter] [BENCH=ab_builds options] [AB_DEADLINE=s] [NCU_CASES='...'] [DEADLINE=s (H200)] bash bench/results/2026-12-07_run63/device_script.sh OUTDIR [COMMIT]
 set -u
-[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 mkdir -p "$1"; echo "GPU $gpu" > "$1/gpu.txt"
 if [[ $gpu == *H200* ]]; then
@@ -23,5 +26,5 @@ else
     --bench "${BENCH:---seqlens 2048,4096,8192,16384 --dims 64,128 --dtypes bf16,fp16}" \
     --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=8" \
     --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=16" \
-    --deadline ${AB_DEADLINE:-300}
+    --ncu "${NCU_CASES-bwd_wide_kernel_sm90:8192:256:bf16:no bwd_wide_kernel_sm90:8192:256:bf16:yes}" --deadline ${AB_DEADLINE:-540}
 fi
