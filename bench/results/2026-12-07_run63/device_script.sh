@@ -4,11 +4,12 @@
 #   H200: run 57's script on main's prebuilt library (.prebuild/out/main): issue 6's full grid,
 #   then issue 7's paired end-to-end Llama run;
 #   otherwise: scripts/gpu_ab.sh on .prebuild/out/run63 (A: main; B: main + stats_scale_late_v2.patch
-#   + fwd_shifted_rows.patch + wide_prefetch.patch): B's forward tests, the bf16 D 64 backward's
-#   multi-step ones and the wide D 256 backward's,
+#   + fwd_shifted_rows.patch + wide_prefetch.patch + band_tail.patch): B's forward tests, the bf16
+#   D 64 backward's multi-step ones, the wide D 256 backward's and the band order's,
 #   racecheck of the new shifted D 64 forward case, then the A/B timing (cut to what the
-#   device time left allows); D 256 (wide_prefetch alone) with deterministic rows in ab_2, then in
-#   bands of 8 and 16 heads (FLASHTRAIN_BWD_BAND on B) against main's rule (4) in ab_3 / ab_4;
+#   device time left allows); D 256 (wide_prefetch alone) with deterministic rows in ab_2, then B
+#   under FLASHTRAIN_BWD_BAND=1/4, 1/8 (bands of one head before a last band of 4 / 8) and 8
+#   against main's rule (bands of 4) in ab_3 / ab_4 / ab_5;
 #   Nsight Compute of the wide D 256 default backward at 8k, causal and not (what the causal
 #   rows lose: bwd 331 against 360 TFLOP/s in run 59, where cuDNN's causal runs faster than its
 #   non-causal) if the deadline leaves time; and bench/profile_kernels.py tables of the same shapes,
@@ -23,12 +24,13 @@ if [[ $gpu == *H200* ]]; then
     bash bench/results/2026-12-07_run57/device_script.sh "$1"
 else
   STEP_LIMIT=${STEP_LIMIT:-200} scripts/gpu_ab.sh "$1" --prebuilt .prebuild/out/run63 \
-    --tests "${TESTS:-Shapes/Sm90Forward.*:Sm90ForwardDynamicTiles.*:Dtypes/CudaBackward.Sm90ShapesMultiStep/bf16:Dtypes/CudaBackward.Sm90FewStepsPerBlock/bf16:Dtypes/CudaBackward.Sm90WideKeyTiles*:Targets/Accuracy.*/cuda_bf16:Targets/MaskedRows.*/cuda_*}" \
+    --tests "${TESTS:-Shapes/Sm90Forward.*:Sm90ForwardDynamicTiles.*:Dtypes/CudaBackward.Sm90ShapesMultiStep/bf16:Dtypes/CudaBackward.Sm90FewStepsPerBlock/bf16:Dtypes/CudaBackward.Sm90WideKeyTiles*/bf16:Dtypes/CudaBackward.Sm90BandOnlyReordersBlocks/bf16:Sm90BackwardBand.*:Targets/Accuracy.*/cuda_bf16:Targets/MaskedRows.*/cuda_*}" \
     --race '*Sm90Forward*d64_right_window_shifted_rows' \
     --bench "${BENCH:---seqlens 2048,4096,8192,16384 --dims 64,128 --dtypes bf16,fp16}" \
     --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --deterministic" \
+    --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=1/4" \
+    --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=1/8" \
     --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=8" \
-    --bench "--seqlens 2048,4096,8192,16384 --dims 256 --dtypes bf16 --env-b FLASHTRAIN_BWD_BAND=16" \
     --ncu "${NCU_CASES-bwd_wide_kernel_sm90:8192:256:bf16:no bwd_wide_kernel_sm90:8192:256:bf16:yes}" --deadline ${AB_DEADLINE:-480}
   # Per-kernel times of one forward+backward in the benchmark's own sequence (torch.profiler), main
   # and cuDNN, D 256 bf16 8k, causal and not: where the causal backward's time goes outside ncu.
