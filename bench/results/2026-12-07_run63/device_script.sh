@@ -46,5 +46,8 @@ else
   done
   # What comes back is at most 8 files: console.log, summary.txt, logs.tgz, ncu.tgz, ab.md,
   # ab_json.tgz and these in extra.tgz.
-  (cd "$1" && extra=$(ls gpu.txt profile.txt ab_[0-9]*.md 2>/dev/null) && tar czf extra.tgz $extra && rm -f $extra)
+  cd "$1" || exit 1
+  extra=$(ls -d gpu.txt profile.txt ncu.log ab_[0-9]*.md 2>/dev/null)
+  [[ -n $extra ]] && tar czf extra.tgz $extra && rm -f $extra
+  ls
 fi
