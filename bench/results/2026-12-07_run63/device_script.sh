@@ -18,11 +18,14 @@
 set -u
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-mkdir -p "$1"; echo "GPU $gpu" > "$1/gpu.txt"
+mkdir -p "$1"
+# At most 8 files come back: run 57's script writes seven (its summary names the GPU), the call's
+# console.log is the eighth.
 if [[ $gpu == *H200* ]]; then
   LIB_XZ=.prebuild/out/main/a/libflashtrain_torch.so.xz NS=flashtrain COMMIT="${2:-main}" DEADLINE=${DEADLINE:-570} \
     bash bench/results/2026-12-07_run57/device_script.sh "$1"
 else
+  echo "GPU $gpu" > "$1/gpu.txt"
   STEP_LIMIT=${STEP_LIMIT:-200} scripts/gpu_ab.sh "$1" --prebuilt .prebuild/out/run63 \
     --tests "${TESTS:-Shapes/Sm90Forward.*:Sm90ForwardDynamicTiles.*:Dtypes/CudaBackward.Sm90ShapesMultiStep/bf16:Dtypes/CudaBackward.Sm90FewStepsPerBlock/bf16:Dtypes/CudaBackward.Sm90WideKeyTiles*/bf16:Dtypes/CudaBackward.Sm90BandOnlyReordersBlocks/bf16:Sm90BackwardBand.*:Targets/Accuracy.*/cuda_bf16:Targets/MaskedRows.*/cuda_*}" \
     --race '*Sm90Forward*d64_right_window_shifted_rows' \
