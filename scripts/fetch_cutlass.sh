@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then
-  sed -n '2,3p' "$0"; exit 0
+  sed -n '2,3p' "$0" | sed 's/^# \{0,1\}//'; exit 0
 fi
 [[ -f .cutlass/include/cute/tensor.hpp ]] && exit 0
 tmp=$(mktemp -d)
