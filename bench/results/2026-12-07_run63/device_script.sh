@@ -26,7 +26,7 @@ if [[ $gpu == *H200* ]]; then
     bash bench/results/2026-12-07_run57/device_script.sh "$1"
 else
   echo "GPU $gpu" > "$1/gpu.txt"
-  STEP_LIMIT=${STEP_LIMIT:-200} scripts/gpu_ab.sh "$1" --prebuilt .prebuild/out/run63 \
+  STEP_LIMIT=${STEP_LIMIT:-280} scripts/gpu_ab.sh "$1" --prebuilt .prebuild/out/run63 \
     --tests "${TESTS:-Shapes/Sm90Forward.*:Sm90ForwardDynamicTiles.*:Dtypes/CudaBackward.Sm90ShapesMultiStep/bf16:Dtypes/CudaBackward.Sm90FewStepsPerBlock/bf16:Dtypes/CudaBackward.Sm90WideKeyTiles*/bf16:Dtypes/CudaBackward.Sm90BandOnlyReordersBlocks/bf16:Sm90BackwardBand.*:Targets/Accuracy.*/cuda_bf16:Targets/MaskedRows.*/cuda_*}" \
     --race '*Sm90Forward*d64_right_window_shifted_rows' \
     --bench "${BENCH:---seqlens 2048,4096,8192,16384 --dims 64,128 --dtypes bf16,fp16}" \
