@@ -41,8 +41,8 @@ else
     .prebuild/out/run63/a/libflashtrain_torch.so.xz "$lib/libflashtrain_torch.so"
   for backend in flashtrain cudnn; do
     for causal in "" --causal; do
-      (( SECONDS > ${PROFILE_DEADLINE:-540} )) && { echo "profile: skipped ($SECONDS s)" >> "$1/profile.txt"; break 2; }
-      FLASHTRAIN_TORCH_LIBRARY=$lib/libflashtrain_torch.so PYTHONPATH="$PWD/python:$PWD/bench" timeout 60 \
+      (( SECONDS > ${PROFILE_DEADLINE:-520} )) && { echo "profile: skipped ($SECONDS s)" >> "$1/profile.txt"; break 2; }
+      FLASHTRAIN_TORCH_LIBRARY=$lib/libflashtrain_torch.so PYTHONPATH="$PWD/python:$PWD/bench" timeout 40 \
         ${PYTHON:-python3} bench/profile_kernels.py --seq 8192 --dim 256 --table --iters 5 --backend $backend $causal \
         2>&1 | grep -v -i warn >> "$1/profile.txt"
     done
