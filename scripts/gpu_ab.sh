@@ -136,7 +136,7 @@ t0=$SECONDS
 lib_a=$PWD/build-ab-a/python/flashtrain/libflashtrain_torch.so
 same_ab=0
 if [[ -n $prebuilt ]]; then
-  unxz() { $python -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$@"; }
+  unxz() { $python scripts/unxz.py "$@"; }
   unpack() {  # SIDE BUILD: the layout of a build folder, for the steps below
     mkdir -p "$2/python/flashtrain" &&
       unxz "$prebuilt/$1/libflashtrain_torch.so.xz" "$2/python/flashtrain/libflashtrain_torch.so" || return 1

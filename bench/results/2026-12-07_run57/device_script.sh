@@ -14,7 +14,7 @@ set -u
 out=$(mkdir -p "$1" && cd "$1" && pwd); o=/tmp/r57; mkdir -p $o/lib
 deadline=${DEADLINE:-570}
 note() { echo "$1" | tee -a "$out/summary.txt"; }
-note "GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); library ${LIB_XZ:?} ($(python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$LIB_XZ" $o/lib/libflashtrain_torch.so; echo unpacked: exit $?))"
+note "GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); library ${LIB_XZ:?} ($(python3 scripts/unxz.py "$LIB_XZ" $o/lib/libflashtrain_torch.so; echo unpacked: exit $?))"
 export FLASHTRAIN_TORCH_LIBRARY=$o/lib/libflashtrain_torch.so FLASHTRAIN_TORCH_OP_NAMESPACE=${NS:-flashtrain}
 export FLASHTRAIN_COMMIT="${COMMIT:-unknown}" PYTHONPATH=$PWD/python
 grid_limit=$((deadline / 2))

@@ -8,7 +8,7 @@ set -u
 [[ "${1:-}" == "-h" || "${1:-}" == "--help" || $# -lt 1 ]] && { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
 out=$1; mkdir -p "$out"
 t=/tmp/ft_b_tests
-python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+python3 scripts/unxz.py \
   .prebuild/out/run63/b/flashtrain_tests.xz $t && chmod +x $t
 first_bad=""
 for name in $($t --gtest_list_tests --gtest_filter='Shapes/Sm90Forward.*:Sm90ForwardDynamicTiles.*' |

@@ -37,7 +37,7 @@ else
     --ncu "${NCU_CASES-bwd_wide_kernel_sm90:8192:256:bf16:no bwd_wide_kernel_sm90:8192:256:bf16:yes}" --deadline ${AB_DEADLINE:-480}
   # Per-kernel times of one forward+backward in the benchmark's own sequence (torch.profiler), main
   # and cuDNN, D 256 bf16 8k, causal and not: where the causal backward's time goes outside ncu.
-  lib=$(mktemp -d) && ${PYTHON:-python3} -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+  lib=$(mktemp -d) && ${PYTHON:-python3} scripts/unxz.py \
     .prebuild/out/run63/a/libflashtrain_torch.so.xz "$lib/libflashtrain_torch.so"
   for backend in flashtrain cudnn; do
     for causal in "" --causal; do
