@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from flashtrain import doctor, ops
+doctor = ops = None  # flashtrain's, imported by main() (so that --help needs no build)
 
 
 def rel(x, ref):
@@ -27,6 +27,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", default="logits ~1e3 fp16", help="a doctor case name (exact)")
     args = parser.parse_args()
+    global doctor, ops
+    from flashtrain import doctor, ops
     case = next(c for c in doctor.stress_cases(False) if c.name == args.case)
     q64, k64, v64, do64 = doctor.make_inputs(case)
     ref_out, ref_dq, ref_dk, ref_dv = doctor.reference(case, q64, k64, v64, do64)
