@@ -56,6 +56,23 @@ int offset_mismatches(const char* what, int threads, int buffers, const char* ba
   return mismatches;
 }
 
+// Whether view(q, k, b) and view_t(k, q, b) are the same element for every query q < rows, key
+// k < cols and buffer b: the number that are not, the first ten reported under `what` with their
+// byte offsets from `base`.
+template <class View, class ViewT>
+int transposed_view_mismatches(const char* what, const View& view, const ViewT& view_t, int rows, int cols,
+                               int buffers, const char* base) {
+  int mismatches = 0;
+  for (int b = 0; b < buffers; ++b)
+    for (int q = 0; q < rows; ++q)
+      for (int k = 0; k < cols; ++k)
+        if (&view(q, k, b) != &view_t(k, q, b) && ++mismatches <= 10)
+          ADD_FAILURE() << what << ": (q " << q << ", k " << k << ", b " << b << ") at "
+                        << reinterpret_cast<const char*>(&view(q, k, b)) - base << ", the transposed view's at "
+                        << reinterpret_cast<const char*>(&view_t(k, q, b)) - base;
+  return mismatches;
+}
+
 // Wavefronts one warp's shared-memory store takes when lane l writes `bytes` at byte offset
 // offsets[l] (from a 1024-byte-aligned base). The warp goes through in phases of 128 bytes of
 // lanes (one phase up to 32-bit stores, half-warps for 64-bit ones, quarter-warps for 128-bit),
@@ -150,13 +167,8 @@ void check_split_pds_offsets() {
       [](int tid, int i, int b) {
         return long{sm90::pds_pair_offset<Traits>(sm90::pds_thread_base<Traits>(tid), i / 2, b)} + 2 * (i % 2);
       });
-  for (int b = 0; b < Traits::kStagesPdS; ++b)
-    for (int q = 0; q < Traits::kBlockM; ++q)
-      for (int k = 0; k < Traits::kBlockN; ++k)
-        if (&sdSt(q, k, b) != &sPdS(k, q, b) && ++mismatches <= 10)
-          ADD_FAILURE() << "split dS view: (q " << q << ", k " << k << ", b " << b << ") at "
-                        << reinterpret_cast<char*>(&sdSt(q, k, b)) - base << ", dS^T's at "
-                        << reinterpret_cast<char*>(&sPdS(k, q, b)) - base;
+  mismatches += transposed_view_mismatches("split dS view", sdSt, sPdS, Traits::kBlockM, Traits::kBlockN,
+                                           Traits::kStagesPdS, base);
   EXPECT_EQ(mismatches, 0);
 }
 
@@ -178,11 +190,8 @@ void check_wide_pds_offsets() {
       [](int tid, int i, int b) {
         return long{sm90::wide_pds_thread_base<Traits>(tid)} + sm90::wide_pds_value_offset<Traits>(i, b);
       });
-  for (int b = 0; b < Traits::kStagesPdS; ++b)
-    for (int q = 0; q < Traits::kBlockM; ++q)
-      for (int k = 0; k < Traits::kBlockN; ++k)
-        if (&sPdSt(q, k, b) != &sPdS(k, q, b) && ++mismatches <= 10)
-          ADD_FAILURE() << "wide dS view: (q " << q << ", k " << k << ", b " << b << ")";
+  mismatches += transposed_view_mismatches("wide dS view", sPdSt, sPdS, Traits::kBlockM, Traits::kBlockN,
+                                           Traits::kStagesPdS, base);
   EXPECT_EQ(mismatches, 0);
 }
 
